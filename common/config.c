@@ -1,0 +1,420 @@
+/* config.c - table-driven configuration: defaults, "name = value" file,
+ * LINKPULSE_* environment overrides and -o name=value arguments, each value
+ * checked against its type and bounds. */
+#include "config.h"
+#include "log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const struct cfg_opt *
+find_opt(const struct cfg_prog *prog, const char *name)
+{
+	for (const struct cfg_opt *o = prog->tab; o->name != NULL; o++)
+		if (strcmp(o->name, name) == 0)
+			return o;
+	return NULL;
+}
+
+static int
+parse_bool(const char *v, int *out)
+{
+	static const char *const yes[] = { "1", "true", "yes", "on" };
+	static const char *const no[] = { "0", "false", "no", "off" };
+
+	for (size_t i = 0; i < 4; i++) {
+		if (strcasecmp(v, yes[i]) == 0) {
+			*out = 1;
+			return 0;
+		}
+		if (strcasecmp(v, no[i]) == 0) {
+			*out = 0;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static int
+enum_ok(const char *choices, const char *v)
+{
+	size_t n = strlen(v);
+	const char *p = choices;
+
+	while (p != NULL && *p) {
+		const char *bar = strchr(p, '|');
+		size_t len = bar ? (size_t)(bar - p) : strlen(p);
+
+		if (len == n && strncmp(p, v, n) == 0)
+			return 1;
+		p = bar ? bar + 1 : NULL;
+	}
+	return 0;
+}
+
+static int
+set_opt(const struct cfg_opt *o, void *conf, const char *v, char *errstr,
+        size_t errstr_size)
+{
+	char *base = conf, *end, *dup;
+	long long n;
+	int b;
+
+	switch (o->type) {
+	case CFG_INT:
+		errno = 0;
+		n = strtoll(v, &end, 10);
+		if (*v == '\0' || *end != '\0' || errno != 0) {
+			snprintf(errstr, errstr_size, "%s: \"%s\" is not an integer",
+			    o->name, v);
+			return -1;
+		}
+		if (n < o->min || n > o->max) {
+			snprintf(errstr, errstr_size, "%s: %lld is out of range [%lld, %lld]",
+			    o->name, n, o->min, o->max);
+			return -1;
+		}
+		*(long long *)(void *)(base + o->off) = n;
+		return 0;
+	case CFG_BOOL:
+		if (parse_bool(v, &b) < 0) {
+			snprintf(errstr, errstr_size,
+			    "%s: \"%s\" is not a boolean (true/false)", o->name, v);
+			return -1;
+		}
+		*(int *)(void *)(base + o->off) = b;
+		return 0;
+	case CFG_ENUM:
+		if (!enum_ok(o->choices, v)) {
+			snprintf(errstr, errstr_size, "%s: \"%s\" is not one of %s",
+			    o->name, v, o->choices);
+			return -1;
+		}
+		/* FALLTHROUGH */
+	case CFG_STR:
+		if ((dup = strdup(v)) == NULL) {
+			snprintf(errstr, errstr_size, "%s: out of memory", o->name);
+			return -1;
+		}
+		free(*(char **)(void *)(base + o->off));
+		*(char **)(void *)(base + o->off) = dup;
+		return 0;
+	}
+	return -1;
+}
+
+int
+cfg_set(const struct cfg_prog *prog, void *conf, const char *name,
+        const char *value, char *errstr, size_t errstr_size)
+{
+	const struct cfg_opt *o = find_opt(prog, name);
+
+	if (o == NULL) {
+		snprintf(errstr, errstr_size, "unknown setting \"%s\"", name);
+		return -1;
+	}
+	return set_opt(o, conf, value, errstr, errstr_size);
+}
+
+void
+cfg_free(const struct cfg_prog *prog, void *conf)
+{
+	char *base = conf;
+
+	for (const struct cfg_opt *o = prog->tab; o->name != NULL; o++)
+		if (o->type == CFG_STR || o->type == CFG_ENUM)
+			free(*(char **)(void *)(base + o->off));
+	memset(conf, 0, prog->conf_size);
+}
+
+static char *
+trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+/* Parses one "name = value" line in place. Returns 1 for a setting, 0 for a
+ * blank or comment line, -1 with errstr for a syntax error. */
+static int
+parse_line(char *line, char **name, char **value, char *errstr, size_t errstr_size)
+{
+	char *eq, *v;
+
+	line = trim(line);
+	if (*line == '\0' || *line == '#')
+		return 0;
+	if ((eq = strchr(line, '=')) == NULL) {
+		snprintf(errstr, errstr_size, "expected \"name = value\"");
+		return -1;
+	}
+	*eq = '\0';
+	*name = trim(line);
+	v = trim(eq + 1);
+	if (*v == '"') {
+		size_t n = strlen(v);
+
+		if (n < 2 || v[n - 1] != '"') {
+			snprintf(errstr, errstr_size, "unterminated quoted value");
+			return -1;
+		}
+		v[n - 1] = '\0';
+		v++;
+	} else {
+		char *hash = strstr(v, " #");
+
+		if (hash != NULL)
+			*hash = '\0';
+		v = trim(v);
+	}
+	if (**name == '\0') {
+		snprintf(errstr, errstr_size, "missing setting name");
+		return -1;
+	}
+	*value = v;
+	return 1;
+}
+
+static int
+load_file(const struct cfg_prog *prog, void *conf, const char *path,
+          char *errstr, size_t errstr_size)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL, *name, *value, why[512];
+	size_t cap = 0;
+	int lineno = 0, rc = 0, r;
+
+	if (f == NULL) {
+		snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	while (getline(&line, &cap, f) != -1) {
+		lineno++;
+		r = parse_line(line, &name, &value, why, sizeof(why));
+		if (r == 0)
+			continue;
+		if (r > 0)
+			r = cfg_set(prog, conf, name, value, why, sizeof(why));
+		if (r < 0) {
+			snprintf(errstr, errstr_size, "%s:%d: %s", path, lineno, why);
+			rc = -1;
+			break;
+		}
+	}
+	free(line);
+	fclose(f);
+	return rc;
+}
+
+static int
+load_env(const struct cfg_prog *prog, void *conf, char *errstr, size_t errstr_size)
+{
+	char var[128], why[512];
+	const char *v;
+
+	for (const struct cfg_opt *o = prog->tab; o->name != NULL; o++) {
+		size_t n = (size_t)snprintf(var, sizeof(var), "%s%s", prog->env_prefix, o->name);
+
+		for (size_t i = strlen(prog->env_prefix); i < n && i < sizeof(var); i++)
+			var[i] = (char)toupper((unsigned char)var[i]);
+		if ((v = getenv(var)) == NULL)
+			continue;
+		if (set_opt(o, conf, v, why, sizeof(why)) < 0) {
+			snprintf(errstr, errstr_size, "environment %s: %s", var, why);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int
+cfg_load(const struct cfg_prog *prog, void *conf, const char *path,
+         char *errstr, size_t errstr_size)
+{
+	memset(conf, 0, prog->conf_size);
+	for (const struct cfg_opt *o = prog->tab; o->name != NULL; o++) {
+		if (set_opt(o, conf, o->def ? o->def : (o->type == CFG_INT ? "0" : o->type == CFG_BOOL ? "false" : ""),
+		    errstr, errstr_size) < 0) {
+			cfg_free(prog, conf);
+			return -1;
+		}
+	}
+	if ((path != NULL && load_file(prog, conf, path, errstr, errstr_size) < 0) ||
+	    load_env(prog, conf, errstr, errstr_size) < 0) {
+		cfg_free(prog, conf);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+field_equal(const struct cfg_opt *o, const void *a, const void *b)
+{
+	const char *pa = (const char *)a + o->off, *pb = (const char *)b + o->off;
+
+	switch (o->type) {
+	case CFG_INT:
+		return *(const long long *)(const void *)pa == *(const long long *)(const void *)pb;
+	case CFG_BOOL:
+		return *(const int *)(const void *)pa == *(const int *)(const void *)pb;
+	default:
+		return strcmp(*(char *const *)(const void *)pa, *(char *const *)(const void *)pb) == 0;
+	}
+}
+
+int
+cfg_apply_reload(const struct cfg_prog *prog, void *dst, const void *src)
+{
+	char why[256];
+	int changed = 0;
+
+	for (const struct cfg_opt *o = prog->tab; o->name != NULL; o++) {
+		const char *ps = (const char *)src + o->off;
+
+		if (field_equal(o, dst, src))
+			continue;
+		if (!o->reload) {
+			log_warnx("config: %s changed; it takes effect only after a restart",
+			    o->name);
+			continue;
+		}
+		changed++;
+		switch (o->type) {
+		case CFG_INT:
+			*(long long *)(void *)((char *)dst + o->off) = *(const long long *)(const void *)ps;
+			break;
+		case CFG_BOOL:
+			*(int *)(void *)((char *)dst + o->off) = *(const int *)(const void *)ps;
+			break;
+		default:
+			if (set_opt(o, dst, *(char *const *)(const void *)ps, why, sizeof(why)) < 0)
+				log_warnx("config: %s", why);
+			break;
+		}
+		log_info("config: %s reloaded", o->name);
+	}
+	return changed;
+}
+
+static const char *
+type_name(const struct cfg_opt *o)
+{
+	switch (o->type) {
+	case CFG_INT: return "int";
+	case CFG_BOOL: return "bool";
+	case CFG_ENUM: return "enum";
+	default: return "string";
+	}
+}
+
+void
+cfg_usage(const struct cfg_prog *prog, FILE *f)
+{
+	fprintf(f,
+	    "usage: %s [-c FILE] [-o name=value]... [--check-config] [--config-names] [--help]\n"
+	    "%s\n\n"
+	    "  -c, --config FILE   read settings from FILE (\"name = value\" lines, # comments);\n"
+	    "                      also taken from %sCONFIG\n"
+	    "  -o, --set N=V       set one setting (after file and environment)\n"
+	    "      --check-config  validate the configuration, print \"configuration OK\" and exit\n"
+	    "      --config-names  print the setting names, one per line, and exit\n"
+	    "  -h, --help          this text\n\n"
+	    "Settings (environment: %sNAME in upper case; [r] = reloaded on SIGHUP):\n",
+	    prog->name, prog->summary, prog->env_prefix, prog->env_prefix);
+	for (const struct cfg_opt *o = prog->tab; o->name != NULL; o++) {
+		fprintf(f, "  %-24s %-6s default=%s", o->name, type_name(o),
+		    o->def && *o->def ? o->def : "\"\"");
+		if (o->type == CFG_INT)
+			fprintf(f, " range=[%lld,%lld]", o->min, o->max);
+		if (o->type == CFG_ENUM)
+			fprintf(f, " one of %s", o->choices);
+		fprintf(f, "%s\n      %s\n", o->reload ? " [r]" : "", o->help);
+	}
+}
+
+int
+cfg_from_args(const struct cfg_prog *prog, void *conf, int argc, char **argv,
+              enum cfg_action *action, const char **config_path,
+              char *errstr, size_t errstr_size)
+{
+	const char *path = NULL;
+	char envname[128], why[512];
+	int check = 0;
+
+	*action = CFG_RUN;
+	snprintf(envname, sizeof(envname), "%sCONFIG", prog->env_prefix);
+	path = getenv(envname);
+	if (path != NULL && *path == '\0')
+		path = NULL;
+	/* First pass: flags that decide what to do and which file to read. */
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			cfg_usage(prog, stdout);
+			*action = CFG_EXIT_OK;
+			return 0;
+		} else if (strcmp(a, "--config-names") == 0) {
+			for (const struct cfg_opt *o = prog->tab; o->name != NULL; o++)
+				printf("%s\n", o->name);
+			*action = CFG_EXIT_OK;
+			return 0;
+		} else if (strcmp(a, "--check-config") == 0) {
+			check = 1;
+		} else if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0 ||
+		    strcmp(a, "-o") == 0 || strcmp(a, "--set") == 0) {
+			if (i + 1 >= argc) {
+				snprintf(errstr, errstr_size, "%s needs an argument", a);
+				return -1;
+			}
+			if (a[1] == 'c' || a[2] == 'c')
+				path = argv[i + 1];
+			i++;
+		} else {
+			snprintf(errstr, errstr_size, "unknown argument \"%s\" (see --help)", a);
+			return -1;
+		}
+	}
+	if (cfg_load(prog, conf, path, errstr, errstr_size) < 0)
+		return -1;
+	for (int i = 1; i < argc; i++) {
+		char *eq;
+
+		if (strcmp(argv[i], "-o") != 0 && strcmp(argv[i], "--set") != 0) {
+			if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0)
+				i++;
+			continue;
+		}
+		i++;
+		if ((eq = strchr(argv[i], '=')) == NULL) {
+			snprintf(errstr, errstr_size, "-o %s: expected name=value", argv[i]);
+			cfg_free(prog, conf);
+			return -1;
+		}
+		*eq = '\0';
+		if (cfg_set(prog, conf, argv[i], eq + 1, why, sizeof(why)) < 0) {
+			*eq = '=';
+			snprintf(errstr, errstr_size, "-o %s: %s", argv[i], why);
+			cfg_free(prog, conf);
+			return -1;
+		}
+		*eq = '=';
+	}
+	if (config_path != NULL)
+		*config_path = path;
+	if (check) {
+		printf("configuration OK\n");
+		cfg_free(prog, conf);
+		*action = CFG_EXIT_OK;
+	}
+	return 0;
+}

@@ -1,0 +1,385 @@
+"""lpstack - starts and stops the real components of a linkpulse stack:
+PostgreSQL (initdb/pg_ctl, as the postgres user when run as root), Redis, the
+dev Kafka broker and the linkpulse programs. Used by the tests (conftest.py)
+and by `make run` (python3 tests/lpstack.py run)."""
+import argparse
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("LP_BIN", os.path.join(ROOT, "build/rel/bin"))
+SANITIZE = os.environ.get("LP_SANITIZE") == "1"
+PG_BIN = "/usr/lib/postgresql/15/bin"
+IS_ROOT = os.geteuid() == 0
+
+SANITIZER_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|"
+                          r"SUMMARY: (Address|Undefined|Leak)")
+
+
+def sanitizer_report(text):
+    """Returns the first sanitizer report line in text, or None."""
+    m = SANITIZER_RE.search(text or "")
+    return m.group(0) if m else None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=20.0, proc=None, what="service"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on port {port} within {timeout}s")
+
+
+def _as_postgres(cmd):
+    if IS_ROOT:
+        return ["runuser", "-u", "postgres", "--"] + cmd
+    return cmd
+
+
+def _chown_postgres(path):
+    if IS_ROOT:
+        pw = pwd.getpwnam("postgres")
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+class Postgres:
+    """A PostgreSQL cluster of our own in datadir, on 127.0.0.1:port."""
+
+    def __init__(self, datadir, port=None, fast=False):
+        self.datadir = os.path.abspath(datadir)
+        self.port = port or free_port()
+        self.fast = fast  # fsync off: for throwaway test clusters only
+        self.dbname = "linkpulse"
+
+    @property
+    def dsn(self):
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={self.dbname}"
+
+    @property
+    def url(self):
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{self.dbname}"
+
+    @property
+    def logfile(self):
+        return os.path.join(self.datadir, "server.log")
+
+    def init(self):
+        if os.path.exists(os.path.join(self.datadir, "PG_VERSION")):
+            return
+        os.makedirs(self.datadir, exist_ok=True)
+        os.chmod(self.datadir, 0o700)
+        _chown_postgres(self.datadir)
+        subprocess.run(_as_postgres([f"{PG_BIN}/initdb", "-D", self.datadir, "-U", "postgres",
+                                     "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"]),
+                       check=True, stdout=subprocess.DEVNULL)
+
+    def start(self):
+        opts = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.datadir} "
+                "-c max_connections=200 -c shared_buffers=256MB")
+        if self.fast:
+            opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        subprocess.run(_as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.datadir, "-l", self.logfile,
+                                     "-o", opts, "-w", "-t", "60", "start"]),
+                       check=True, stdout=subprocess.DEVNULL)
+
+    def stop(self, mode="fast"):
+        subprocess.run(_as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.datadir, "-m", mode, "-w",
+                                     "stop"]), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+    def psql(self, sql, db=None, check=True):
+        """Runs sql with psql; returns stdout (unaligned, tuples only)."""
+        r = subprocess.run(["psql", "-X", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
+                            "-p", str(self.port), "-U", "postgres", "-d", db or self.dbname,
+                            "-c", sql], capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"psql failed: {sql}\n{r.stderr}")
+        return r.stdout.strip()
+
+    def create_db(self):
+        exists = self.psql(f"SELECT 1 FROM pg_database WHERE datname = '{self.dbname}'",
+                           db="postgres")
+        if not exists:
+            self.psql(f"CREATE DATABASE {self.dbname}", db="postgres")
+
+    def migrate(self):
+        r = subprocess.run([os.path.join(ROOT, "schemas/migrate.sh"), self.url],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"migrations failed:\n{r.stdout}{r.stderr}")
+        return r.stdout
+
+    def up(self):
+        self.init()
+        self.start()
+        self.create_db()
+        self.migrate()
+        return self
+
+
+class Process:
+    """A child process with its output in a log file; stop() checks it ended well."""
+
+    def __init__(self, name, argv, logdir, env=None):
+        self.name = name
+        self.argv = argv
+        os.makedirs(logdir, exist_ok=True)
+        self.logpath = os.path.join(logdir, f"{name}.log")
+        self.env = dict(os.environ, **(env or {}))
+        self.proc = None
+
+    def start(self):
+        self.log = open(self.logpath, "ab")
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env, start_new_session=True)
+        return self
+
+    def send_signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def output(self):
+        with open(self.logpath, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        """Stops the process; returns its exit code (None if it had to be killed)."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                self.log.close()
+                return None
+        self.log.close()
+        return self.proc.returncode
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Redis(Process):
+    def __init__(self, workdir, port=None, persist=False):
+        self.port = port or free_port()
+        self.workdir = workdir
+        os.makedirs(workdir, exist_ok=True)
+        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", workdir, "--appendonly", "no", "--protected-mode", "no"]
+        argv += ["--save", "60 1"] if persist else ["--save", ""]
+        super().__init__("redis", argv, workdir)
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def up(self):
+        self.start()
+        wait_port(self.port, proc=self.proc, what="redis-server")
+        return self
+
+    def cli(self, *args):
+        r = subprocess.run(["redis-cli", "-p", str(self.port)] + list(args),
+                           capture_output=True, text=True)
+        return r.stdout.strip()
+
+
+class Broker(Process):
+    """The dev Kafka broker (librdkafka mock cluster)."""
+
+    def __init__(self, workdir, partitions=64, brokers=3, topic="visits"):
+        os.makedirs(workdir, exist_ok=True)
+        self.bootstrap_file = os.path.join(workdir, "kafka.bootstrap")
+        self.topic = topic
+        if os.path.exists(self.bootstrap_file):
+            os.unlink(self.bootstrap_file)
+        argv = [os.path.join(BIN, "devbroker"), "-o", f"bootstrap_file={self.bootstrap_file}",
+                "-o", f"partitions={partitions}", "-o", f"brokers={brokers}",
+                "-o", f"kafka_topic={topic}"]
+        super().__init__("devbroker", argv, workdir)
+        self.bootstrap = None
+
+    def up(self, timeout=20):
+        self.start()
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"devbroker exited:\n{self.output()}")
+            if os.path.exists(self.bootstrap_file):
+                with open(self.bootstrap_file) as f:
+                    self.bootstrap = f.read().strip()
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("devbroker wrote no bootstrap file")
+
+    def brokers_down(self):
+        self.send_signal(signal.SIGUSR1)
+
+    def brokers_up(self):
+        self.send_signal(signal.SIGUSR2)
+
+
+def program(name, workdir, settings, extra_args=(), env=None):
+    """A linkpulse program with -o name=value settings."""
+    argv = [os.path.join(BIN, name)]
+    for k, v in settings.items():
+        argv += ["-o", f"{k}={v}"]
+    argv += list(extra_args)
+    return Process(name, argv, workdir, env)
+
+
+def http_get(url, timeout=5):
+    req = urllib.request.Request(url, method="GET")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+# ---------------------------------------------------------------- make run
+
+def _write_env(path, values):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        for k, v in values.items():
+            f.write(f"{k}='{v}'\n")
+    os.replace(tmp, path)
+
+
+def _dev_api_key(var, pg, bin_dir):
+    """Returns the dev API key kept in var/dev-api-key, creating it when the
+    file is missing or the key no longer exists in PostgreSQL."""
+    path = os.path.join(var, "dev-api-key")
+    if os.path.exists(path):
+        with open(path) as f:
+            key = f.read().strip()
+        r = subprocess.run([os.path.join(bin_dir, "redirector"), "-o", f"pg_dsn={pg.dsn}",
+                            "apikey", "check", key], capture_output=True, text=True)
+        if r.returncode == 0:
+            return key
+    r = subprocess.run([os.path.join(bin_dir, "redirector"), "-o", f"pg_dsn={pg.dsn}",
+                        "apikey", "create", "make-run dev key"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"could not create an API key:\n{r.stderr}")
+    key = r.stdout.strip().split()[-1]
+    with open(path, "w") as f:
+        f.write(key + "\n")
+    os.chmod(path, 0o600)
+    return key
+
+
+def run_stack(bin_dir, var, port):
+    global BIN
+    BIN = bin_dir
+    os.makedirs(var, exist_ok=True)
+    logs = os.path.join(var, "log")
+    os.makedirs(logs, exist_ok=True)
+    pg_port_file = os.path.join(var, "pg.port")
+    pg_port = None
+    if os.path.exists(pg_port_file):
+        with open(pg_port_file) as f:
+            pg_port = int(f.read().strip())
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", pg_port))
+            except OSError:
+                pg_port = None
+    pg = Postgres(os.path.join(var, "pg"), port=pg_port)
+    with open(pg_port_file, "w") as f:
+        f.write(str(pg.port))
+    procs = []
+    try:
+        print(f"starting PostgreSQL in {pg.datadir} on port {pg.port} ...", flush=True)
+        pg.up()
+        redis = Redis(os.path.join(var, "redis"), persist=True).up()
+        procs.append(redis)
+        broker = Broker(os.path.join(var, "kafka")).up()
+        procs.append(broker)
+        geo = os.path.join(var, "geoip/GeoLite2-City.mmdb")
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        common = {"pg_dsn": pg.dsn, "redis_url": redis.url, "kafka_bootstrap": broker.bootstrap}
+        red = program("redirector", logs, dict(common, listen_port=port, base_url=base,
+                                               spool_dir=os.path.join(var, "spool")))
+        procs.append(red.start())
+        wait_port(port, proc=red.proc, what="redirector")
+        ing = program("ingest", logs, dict(common, geoip_city_db=geo, metrics_port=free_port()))
+        procs.append(ing.start())
+        key = _dev_api_key(var, pg, bin_dir)
+        _write_env(os.path.join(var, "run.env"), {
+            "BASE_URL": base, "API_KEY": key, "PG_DSN": pg.dsn,
+            "KAFKA_BOOTSTRAP": broker.bootstrap, "REDIS_URL": redis.url})
+        print(f"""
+linkpulse is running (logs in {logs}; settings in {var}/run.env)
+  BASE_URL        {base}
+  API_KEY         {key}
+  PG_DSN          {pg.dsn}
+  KAFKA_BOOTSTRAP {broker.bootstrap}
+  REDIS_URL       {redis.url}
+
+Create a first link:
+  curl -s -X POST {base}/api/v1/links -H 'Authorization: Bearer {key}' \\
+       -H 'Content-Type: application/json' -d '{{"url": "https://example.com/"}}'
+
+Press Ctrl-C to stop everything (data stays in {var}).""", flush=True)
+        while all(p.alive() for p in procs):
+            time.sleep(0.5)
+        dead = [p.name for p in procs if not p.alive()]
+        print(f"stopping: {', '.join(dead)} exited (see {logs})", flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping ...", flush=True)
+        return 0
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        pg.stop()
+        print("stopped", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="start the whole stack in the foreground")
+    r.add_argument("--bin", default=BIN)
+    r.add_argument("--var", default=os.path.join(ROOT, "var"))
+    r.add_argument("--port", type=int, default=8080)
+    a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    return run_stack(os.path.abspath(a.bin), os.path.abspath(a.var), a.port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
