@@ -4,6 +4,7 @@
 #define LP_UNIT_H
 
 #include <stdio.h>
+#include <string.h>
 
 static int unit_passed, unit_failed;
 
@@ -19,11 +20,18 @@ static int unit_passed, unit_failed;
 		}                                                              \
 	} while (0)
 
+static inline int
+unit_str_eq(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
 #define CHECK_STR(got, want, what)                                             \
-	CHECK(((got) == NULL && (want) == NULL) ||                             \
-	    ((got) != NULL && (want) != NULL && strcmp((got), (want)) == 0),   \
-	    "%s: expected \"%s\", got \"%s\"", (what),                         \
-	    (want) ? (want) : "(null)", (got) ? (got) : "(null)")
+	do {                                                                   \
+		const char *got_ = (got), *want_ = (want);                     \
+		CHECK(unit_str_eq(got_, want_), "%s: expected \"%s\", got \"%s\"", \
+		    (what), want_ ? want_ : "(null)", got_ ? got_ : "(null)");    \
+	} while (0)
 
 static inline int
 unit_done(const char *name)
