@@ -1,0 +1,70 @@
+/* geo.h - IP address to country / province / city (GeoLite2-City or
+ * GeoIP2-City .mmdb) and ISP / ASN (optional GeoLite2-ASN or GeoIP2-ISP
+ * .mmdb) through libmaxminddb, with names in a configured locale. */
+#ifndef LP_GEO_H
+#define LP_GEO_H
+
+#include <stddef.h>
+
+/* Opaque; owns the memory-mapped databases. */
+struct geo_db;
+
+/* Result of one lookup, filled by geo_lookup into caller-owned storage.
+ * Every string is NUL-terminated UTF-8, "" when unknown, and cut at a
+ * character boundary when longer than its array. */
+struct geo_result {
+	char country_code[3]; /* ISO 3166-1 alpha-2 ("CN"), from country.iso_code */
+	char country[64];     /* country.names[locale], else names["en"] */
+	char province[96];    /* subdivisions[0].names[locale], else ["en"] */
+	char city[96];        /* city.names[locale], else ["en"] */
+	char isp[128];        /* ISP database: isp, else organization, else
+	                       * autonomous_system_organization */
+	char asn_org[128];    /* ISP database: autonomous_system_organization */
+	long long asn;        /* autonomous_system_number, -1 when unknown */
+	const char *err;      /* when geo_lookup returns -1: static text saying
+	                       * why (never freed); NULL otherwise */
+};
+
+/* Opens city_path (required: a City or Country layout database) and, when
+ * isp_path is neither NULL nor "", a GeoLite2-ASN or GeoIP2-ISP layout
+ * database, both memory-mapped (MMDB_MODE_MMAP). locale is the name language
+ * ("en", "zh-CN", ...; NULL or "" means "en") and must be one of the city
+ * database's languages. The strings are copied. Returns a handle the caller
+ * owns and frees with geo_close, or NULL with errstr set. */
+struct geo_db *geo_open(const char *city_path, const char *isp_path,
+                        const char *locale, char *errstr, size_t errstr_size);
+
+/* Unmaps the databases and frees db. NULL is a no-op. */
+void geo_close(struct geo_db *db);
+
+/* Looks up ip, an IPv4 ("8.8.8.8") or IPv6 ("2001:4860::8888",
+ * "::ffff:8.8.8.8") address in text, with no port, brackets, zone or
+ * surrounding spaces. Always fills *out (empty strings, asn -1 when unknown).
+ * Addresses geo_addr_class calls special, unparsable strings (and NULL), and
+ * addresses missing from a database give empty fields and return 0: not an
+ * error. Without an ISP database isp/asn_org are "" and asn -1. Returns -1
+ * only when a database answers with an error (a corrupt file); out->err then
+ * says why and the fields are empty.
+ * Thread-safe: any number of threads may call it on one db at once. */
+int geo_lookup(const struct geo_db *db, const char *ip, struct geo_result *out);
+
+/* Classifies ip before any lookup. Returns NULL for an address that may have
+ * a location (global unicast), else a static string:
+ *   "invalid"       not an IPv4/IPv6 address in text (or NULL)
+ *   "unspecified"   0.0.0.0/8 ("this network"), ::/128
+ *   "loopback"      127.0.0.0/8, ::1/128
+ *   "private"       10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 (RFC 1918),
+ *                   100.64.0.0/10 (RFC 6598 shared/CGN), fc00::/7 (ULA)
+ *   "link-local"    169.254.0.0/16, fe80::/10
+ *   "multicast"     224.0.0.0/4, ff00::/8
+ *   "reserved"      192.0.0.0/24 (IETF protocol assignments),
+ *                   192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
+ *                   2001:db8::/32 (documentation), 198.18.0.0/15
+ *                   (benchmarking), 240.0.0.0/4 (incl. 255.255.255.255),
+ *                   ::/96 other than :: and ::1 (deprecated IPv4-compatible),
+ *                   100::/64 (discard), fec0::/10 (old site-local)
+ * An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is classified, and looked up,
+ * as its IPv4 address. */
+const char *geo_addr_class(const char *ip);
+
+#endif
