@@ -1,34 +1,343 @@
-/* redirector - placeholder main: parses its configuration table and exits. */
+/* redirector - linkpulse's HTTP front: the /api/v1 links API and GET /{code}
+ * redirects. Also `redirector apikey create|revoke|list|check` for keys. */
+#include "api.h"
+#include "apikey.h"
+#include "bloom.h"
 #include "config.h"
+#include "http.h"
+#include "kv.h"
+#include "links.h"
 #include "log.h"
+#include "pgpool.h"
+#include "pool.h"
+#include "redirect.h"
 
+#include <curl/curl.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 struct redirector_conf {
+	char *listen_addr;
+	long long listen_port;
+	char *base_url;
+	char *pg_dsn;
+	long long pg_pool_size;
+	char *redis_url;
+	long long redis_timeout_ms;
+	char *kafka_bootstrap;
+	char *kafka_topic;
+	char *spool_dir;
+	long long http_threads;
+	long long max_connections;
+	long long request_timeout_s;
+	long long max_body_bytes;
+	long long max_header_bytes;
+	char *code_strategy;
+	long long code_length;
+	char *sequence_secret;
+	long long pool_low_water;
+	long long pool_batch;
+	long long bloom_expected;
+	long long bloom_fpr_ppm;
+	long long link_cache_ttl_s;
 	char *log_level;
+	char *log_format;
 };
 
+#define OFF(f) offsetof(struct redirector_conf, f)
 static const struct cfg_opt redirector_tab[] = {
-	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", offsetof(struct redirector_conf, log_level), 1, "log level" },
+	{ "listen_addr", CFG_STR, "127.0.0.1", 0, 0, NULL, OFF(listen_addr), 0, "IPv4 address to listen on" },
+	{ "listen_port", CFG_INT, "8080", 1, 65535, NULL, OFF(listen_port), 0, "TCP port to listen on" },
+	{ "base_url", CFG_STR, "http://127.0.0.1:8080", 0, 0, NULL, OFF(base_url), 0,
+	  "public base of short URLs ({base_url}/{code}); its host is refused as a target" },
+	{ "pg_dsn", CFG_STR, "dbname=linkpulse", 0, 0, NULL, OFF(pg_dsn), 0, "PostgreSQL connection string (libpq)" },
+	{ "pg_pool_size", CFG_INT, "16", 1, 1000, NULL, OFF(pg_pool_size), 0, "most PostgreSQL connections" },
+	{ "redis_url", CFG_STR, "redis://127.0.0.1:6379/0", 0, 0, NULL, OFF(redis_url), 0,
+	  "Redis for the link cache and code pool (redis://host:port/db; empty = none)" },
+	{ "redis_timeout_ms", CFG_INT, "200", 10, 10000, NULL, OFF(redis_timeout_ms), 0,
+	  "Redis connect and command timeout" },
+	{ "kafka_bootstrap", CFG_STR, "127.0.0.1:9092", 0, 0, NULL, OFF(kafka_bootstrap), 0,
+	  "Kafka bootstrap.servers for visit events" },
+	{ "kafka_topic", CFG_STR, "visits", 0, 0, NULL, OFF(kafka_topic), 0, "topic for visit events" },
+	{ "spool_dir", CFG_STR, "var/spool", 0, 0, NULL, OFF(spool_dir), 0,
+	  "directory of the on-disk event spool used while Kafka is unreachable" },
+	{ "http_threads", CFG_INT, "0", 0, 256, NULL, OFF(http_threads), 0,
+	  "HTTP worker threads (epoll thread pool); 0 = number of cores" },
+	{ "max_connections", CFG_INT, "10000", 1, 1000000, NULL, OFF(max_connections), 0,
+	  "most concurrent client connections" },
+	{ "request_timeout_s", CFG_INT, "30", 1, 3600, NULL, OFF(request_timeout_s), 0,
+	  "idle connection / request timeout" },
+	{ "max_body_bytes", CFG_INT, "8388608", 1024, 1073741824, NULL, OFF(max_body_bytes), 0,
+	  "largest request body (bigger: 413)" },
+	{ "max_header_bytes", CFG_INT, "32768", 4096, 1048576, NULL, OFF(max_header_bytes), 0,
+	  "memory per connection for the request line and headers" },
+	{ "code_strategy", CFG_ENUM, "random", 0, 0, "random|hash|sequence", OFF(code_strategy), 0,
+	  "default code strategy (overridable per request)" },
+	{ "code_length", CFG_INT, "6", 1, 8, NULL, OFF(code_length), 0, "default code length" },
+	{ "sequence_secret", CFG_STR, "linkpulse-dev-sequence-secret", 0, 0, NULL, OFF(sequence_secret), 0,
+	  "key of the sequence strategy's permutation (set your own in production; never change it)" },
+	{ "pool_low_water", CFG_INT, "20000", 1, 100000000, NULL, OFF(pool_low_water), 0,
+	  "refill the Redis code pool below this many codes" },
+	{ "pool_batch", CFG_INT, "10000", 1, 1000000, NULL, OFF(pool_batch), 0, "codes generated per refill round" },
+	{ "bloom_expected", CFG_INT, "10000000", 1000, 4000000000LL, NULL, OFF(bloom_expected), 0,
+	  "codes the Bloom filter is sized for" },
+	{ "bloom_fpr_ppm", CFG_INT, "1000", 1, 500000, NULL, OFF(bloom_fpr_ppm), 0,
+	  "Bloom filter target false-positive rate, parts per million (1000 = 0.1%)" },
+	{ "link_cache_ttl_s", CFG_INT, "86400", 1, 31536000, NULL, OFF(link_cache_ttl_s), 0,
+	  "TTL of link records cached in Redis" },
+	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", OFF(log_level), 1, "log level" },
+	{ "log_format", CFG_ENUM, "logfmt", 0, 0, "logfmt|json", OFF(log_format), 1, "log line format" },
 	CFG_END
 };
 
-static const struct cfg_prog redirector_prog = { "redirector", "linkpulse redirector", "LINKPULSE_", redirector_tab, sizeof(struct redirector_conf) };
+static const struct cfg_prog redirector_prog = {
+	"redirector",
+	"linkpulse redirector: links API and redirects.\n"
+	"Also: redirector [options] apikey create NAME | revoke ID|PREFIX|KEY | list | check KEY",
+	"LINKPULSE_", redirector_tab, sizeof(struct redirector_conf)
+};
+
+struct app {
+	struct redirector_conf conf;
+	struct pgpool *pg;
+	struct kv *kv;
+	struct bloom *bloom;
+	struct pool *pool;
+	struct links *links;
+	struct redirect *redir;
+	struct api api;
+};
+
+static enum MHD_Result
+route(void *ctx, struct http_req *req)
+{
+	struct app *app = ctx;
+	const char *p = req->path;
+
+	if (strncmp(p, "/api/v1", 7) == 0 && (p[7] == '/' || p[7] == '\0'))
+		return api_handle(&app->api, req, p + 7);
+	if (strcmp(p, "/healthz") == 0)
+		return http_json(req, 200, json_pack("{s:s}", "status", "ok"));
+	if (strcmp(p, "/readyz") == 0)
+		return redirect_ready(app->redir, req);
+	return redirect_handle(app->redir, req);
+}
+
+static int
+apikey_cmd(struct app *app, int argc, char **argv)
+{
+	char errstr[512], key[64];
+	PGconn *c;
+	long long id;
+	int rc = 1, n;
+
+	if (argc < 1) {
+		fprintf(stderr, "redirector apikey: create NAME | revoke ID|PREFIX|KEY | list | check KEY\n");
+		return 2;
+	}
+	if ((c = pgpool_get(app->pg, 5000, errstr, sizeof(errstr))) == NULL) {
+		fprintf(stderr, "redirector apikey: %s\n", errstr);
+		return 1;
+	}
+	if (strcmp(argv[0], "create") == 0 && argc == 2) {
+		if (apikey_create(c, argv[1], key, sizeof(key), &id, errstr, sizeof(errstr)) == 0) {
+			printf("created key %lld (%s): %s\n", id, argv[1], key);
+			rc = 0;
+		}
+	} else if (strcmp(argv[0], "revoke") == 0 && argc == 2) {
+		if ((n = apikey_revoke(c, argv[1], errstr, sizeof(errstr))) > 0) {
+			printf("revoked %d key(s)\n", n);
+			rc = 0;
+		} else if (n == 0) {
+			snprintf(errstr, sizeof(errstr), "no live key matches \"%s\"", argv[1]);
+		}
+	} else if (strcmp(argv[0], "list") == 0 && argc == 1) {
+		rc = apikey_list(c, stdout, errstr, sizeof(errstr)) == 0 ? 0 : 1;
+	} else if (strcmp(argv[0], "check") == 0 && argc == 2) {
+		pgpool_put(app->pg, c);
+		c = NULL;
+		id = apikey_check(app->pg, argv[1], errstr, sizeof(errstr));
+		if (id > 0) {
+			printf("valid key %lld\n", id);
+			rc = 0;
+		} else if (id == 0) {
+			snprintf(errstr, sizeof(errstr), "unknown or revoked key");
+		}
+	} else {
+		snprintf(errstr, sizeof(errstr), "unknown apikey command (create NAME | revoke X | list | check KEY)");
+		rc = 2;
+	}
+	if (c != NULL)
+		pgpool_put(app->pg, c);
+	if (rc != 0)
+		fprintf(stderr, "redirector apikey: %s\n", errstr);
+	return rc;
+}
+
+/* Loads every known code into the Bloom filter. */
+static int
+load_bloom(struct app *app, char *errstr, size_t errstr_size)
+{
+	PGconn *c = pgpool_get(app->pg, 5000, errstr, errstr_size);
+	PGresult *r;
+
+	if (c == NULL)
+		return -1;
+	r = pgpool_exec(c, "SELECT code FROM unique_code UNION ALL SELECT code FROM url_link "
+	    "WHERE strategy = 3", 0, NULL, NULL, errstr, errstr_size);
+	pgpool_put(app->pg, c);
+	if (r == NULL)
+		return -1;
+	for (int i = 0; i < PQntuples(r); i++)
+		bloom_add(app->bloom, PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0));
+	log_info("bloom filter: %d codes loaded, %llu bits, %d hashes", PQntuples(r),
+	    (unsigned long long)bloom_bits(app->bloom), bloom_hashes(app->bloom));
+	PQclear(r);
+	return 0;
+}
+
+static void
+app_free(struct app *app)
+{
+	redirect_free(app->redir);
+	links_free(app->links);
+	pool_free(app->pool);
+	bloom_free(app->bloom);
+	kv_free(app->kv);
+	pgpool_free(app->pg);
+	apikey_cache_free();
+	cfg_free(&redirector_prog, &app->conf);
+}
+
+static int
+serve(struct app *app)
+{
+	struct redirector_conf *cf = &app->conf;
+	struct http_conf hc;
+	struct links_conf lc;
+	struct redirect_conf rc;
+	struct http_server *srv;
+	char errstr[512];
+	sigset_t set;
+	int sig;
+	long threads = cf->http_threads ? cf->http_threads : sysconf(_SC_NPROCESSORS_ONLN);
+
+	lc.base_url = cf->base_url;
+	lc.default_length = (int)cf->code_length;
+	lc.default_strategy = strcmp(cf->code_strategy, "hash") == 0 ? LINKS_HASH :
+	    strcmp(cf->code_strategy, "sequence") == 0 ? LINKS_SEQUENCE : LINKS_RANDOM;
+	lc.seq_secret = cf->sequence_secret;
+	lc.cache_ttl_s = (int)cf->link_cache_ttl_s;
+	if ((app->bloom = bloom_new((uint64_t)cf->bloom_expected, (double)cf->bloom_fpr_ppm / 1e6,
+	    errstr, sizeof(errstr))) == NULL ||
+	    load_bloom(app, errstr, sizeof(errstr)) < 0 ||
+	    (app->pool = pool_new(app->pg, app->kv, app->bloom, (int)cf->code_length,
+	    cf->pool_low_water, cf->pool_batch, errstr, sizeof(errstr))) == NULL ||
+	    (app->links = links_new(&lc, app->pg, app->kv, app->bloom, app->pool, errstr,
+	    sizeof(errstr))) == NULL) {
+		log_fatalx("%s", errstr);
+		return 1;
+	}
+	memset(&rc, 0, sizeof(rc));
+	rc.base_url = cf->base_url;
+	if ((app->redir = redirect_new(&rc, app->pg, app->kv, errstr, sizeof(errstr))) == NULL) {
+		log_fatalx("%s", errstr);
+		return 1;
+	}
+	app->api.links = app->links;
+	app->api.pg = app->pg;
+
+	/* Signals are taken by sigwait below; every thread inherits the mask. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (pool_start(app->pool, errstr, sizeof(errstr)) < 0) {
+		log_fatalx("%s", errstr);
+		return 1;
+	}
+	hc.addr = cf->listen_addr;
+	hc.port = (int)cf->listen_port;
+	hc.threads = (int)threads;
+	hc.max_connections = (int)cf->max_connections;
+	hc.timeout_s = (int)cf->request_timeout_s;
+	hc.max_body = (size_t)cf->max_body_bytes;
+	hc.max_header = (size_t)cf->max_header_bytes;
+	if ((srv = http_start(&hc, route, app, errstr, sizeof(errstr))) == NULL) {
+		log_fatalx("%s", errstr);
+		return 1;
+	}
+	log_info("listening on %s:%lld (%ld threads), base URL %s", cf->listen_addr,
+	    cf->listen_port, threads, cf->base_url);
+	for (;;) {
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig == SIGHUP) {
+			log_info("SIGHUP: nothing to reload yet");
+			continue;
+		}
+		break;
+	}
+	log_info("signal %d: draining", sig);
+	http_quiesce(srv);
+	http_stop(srv);
+	log_info("stopped");
+	return 0;
+}
 
 int
 main(int argc, char **argv)
 {
-	struct redirector_conf conf;
+	static struct app app;
 	enum cfg_action action;
 	char errstr[512];
+	int cmd_at = argc, rc;
 
-	if (cfg_from_args(&redirector_prog, &conf, argc, argv, &action, NULL, errstr, sizeof(errstr)) < 0) {
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "-o") == 0 ||
+		    strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--set") == 0) {
+			i++;
+			continue;
+		}
+		if (strcmp(argv[i], "apikey") == 0) {
+			cmd_at = i;
+			break;
+		}
+	}
+	if (cfg_from_args(&redirector_prog, &app.conf, cmd_at, argv, &action, NULL,
+	    errstr, sizeof(errstr)) < 0) {
 		fprintf(stderr, "redirector: %s\n", errstr);
 		return 2;
 	}
 	if (action == CFG_EXIT_OK)
 		return 0;
-	cfg_free(&redirector_prog, &conf);
-	return 0;
+	if (log_init("redirector", app.conf.log_level, app.conf.log_format, errstr,
+	    sizeof(errstr)) < 0) {
+		fprintf(stderr, "redirector: %s\n", errstr);
+		cfg_free(&redirector_prog, &app.conf);
+		return 2;
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	if ((app.pg = pgpool_new(app.conf.pg_dsn, (int)app.conf.pg_pool_size, errstr,
+	    sizeof(errstr))) == NULL ||
+	    (app.kv = kv_new(app.conf.redis_url, 64, (int)app.conf.redis_timeout_ms, errstr,
+	    sizeof(errstr))) == NULL) {
+		log_fatalx("%s", errstr);
+		app_free(&app);
+		return 1;
+	}
+	if (cmd_at < argc)
+		rc = apikey_cmd(&app, argc - cmd_at - 1, argv + cmd_at + 1);
+	else
+		rc = serve(&app);
+	app_free(&app);
+	curl_global_cleanup();
+	return rc;
 }

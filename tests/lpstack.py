@@ -335,7 +335,8 @@ def run_stack(bin_dir, var, port):
                                                spool_dir=os.path.join(var, "spool")))
         procs.append(red.start())
         wait_port(port, proc=red.proc, what="redirector")
-        ing = program("ingest", logs, dict(common, geoip_city_db=geo, metrics_port=free_port()))
+        ing = program("ingest", logs, {"pg_dsn": pg.dsn, "kafka_bootstrap": broker.bootstrap,
+                                       "geoip_city_db": geo, "metrics_port": free_port()})
         procs.append(ing.start())
         key = _dev_api_key(var, pg, bin_dir)
         _write_env(os.path.join(var, "run.env"), {

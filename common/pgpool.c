@@ -1,0 +1,168 @@
+/* pgpool.c - lazily connected libpq connection pool guarded by a mutex and a
+ * condition variable; broken connections are closed and reopened. */
+#include "pgpool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct pgpool {
+	char *dsn;
+	int size;       /* max connections */
+	int out;        /* borrowed now */
+	int nidle;
+	PGconn **idle;  /* owned */
+	pthread_mutex_t mtx;
+	pthread_cond_t cond;
+};
+
+struct pgpool *
+pgpool_new(const char *dsn, int size, char *errstr, size_t errstr_size)
+{
+	struct pgpool *p = calloc(1, sizeof(*p));
+
+	if (p == NULL || (p->dsn = strdup(dsn)) == NULL ||
+	    (p->idle = calloc((size_t)size, sizeof(PGconn *))) == NULL) {
+		if (p != NULL)
+			free(p->dsn);
+		free(p);
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	p->size = size;
+	pthread_mutex_init(&p->mtx, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	return p;
+}
+
+void
+pgpool_free(struct pgpool *p)
+{
+	if (p == NULL)
+		return;
+	for (int i = 0; i < p->nidle; i++)
+		PQfinish(p->idle[i]);
+	pthread_mutex_destroy(&p->mtx);
+	pthread_cond_destroy(&p->cond);
+	free(p->idle);
+	free(p->dsn);
+	free(p);
+}
+
+static PGconn *
+pg_connect(const char *dsn, char *errstr, size_t errstr_size)
+{
+	const char *keys[] = { "dbname", "connect_timeout", "application_name", NULL };
+	const char *vals[] = { dsn, "3", "linkpulse", NULL };
+	PGconn *c = PQconnectdbParams(keys, vals, 1);
+	const char *msg;
+	size_t n;
+
+	if (c != NULL && PQstatus(c) == CONNECTION_OK)
+		return c;
+	msg = c ? PQerrorMessage(c) : "out of memory";
+	snprintf(errstr, errstr_size, "PostgreSQL: %s", msg);
+	n = strlen(errstr);
+	while (n > 0 && (errstr[n - 1] == '\n' || errstr[n - 1] == ' '))
+		errstr[--n] = '\0';
+	PQfinish(c);
+	return NULL;
+}
+
+PGconn *
+pgpool_get(struct pgpool *p, int wait_ms, char *errstr, size_t errstr_size)
+{
+	struct timespec until;
+	PGconn *c = NULL;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += wait_ms / 1000;
+	until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&p->mtx);
+	while (p->nidle == 0 && p->out >= p->size) {
+		if (pthread_cond_timedwait(&p->cond, &p->mtx, &until) == ETIMEDOUT) {
+			pthread_mutex_unlock(&p->mtx);
+			snprintf(errstr, errstr_size, "PostgreSQL: no free connection within %d ms", wait_ms);
+			return NULL;
+		}
+	}
+	if (p->nidle > 0)
+		c = p->idle[--p->nidle];
+	p->out++;
+	pthread_mutex_unlock(&p->mtx);
+
+	if (c != NULL && PQstatus(c) != CONNECTION_OK) {
+		PQfinish(c);
+		c = NULL;
+	}
+	if (c == NULL && (c = pg_connect(p->dsn, errstr, errstr_size)) == NULL) {
+		pthread_mutex_lock(&p->mtx);
+		p->out--;
+		pthread_cond_signal(&p->cond);
+		pthread_mutex_unlock(&p->mtx);
+	}
+	return c;
+}
+
+void
+pgpool_put(struct pgpool *p, PGconn *c)
+{
+	if (c != NULL && (PQstatus(c) != CONNECTION_OK ||
+	    PQtransactionStatus(c) != PQTRANS_IDLE)) {
+		PQfinish(c);
+		c = NULL;
+	}
+	pthread_mutex_lock(&p->mtx);
+	p->out--;
+	if (c != NULL)
+		p->idle[p->nidle++] = c;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->mtx);
+}
+
+PGresult *
+pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
+            char sqlstate[6], char *errstr, size_t errstr_size)
+{
+	PGresult *r = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
+	ExecStatusType st = PQresultStatus(r);
+	const char *s;
+	size_t n;
+
+	if (sqlstate != NULL)
+		sqlstate[0] = '\0';
+	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+		return r;
+	if (sqlstate != NULL && (s = PQresultErrorField(r, PG_DIAG_SQLSTATE)) != NULL)
+		snprintf(sqlstate, 6, "%s", s);
+	snprintf(errstr, errstr_size, "PostgreSQL: %s",
+	    r ? PQresultErrorMessage(r) : PQerrorMessage(c));
+	n = strlen(errstr);
+	while (n > 0 && (errstr[n - 1] == '\n' || errstr[n - 1] == ' '))
+		errstr[--n] = '\0';
+	PQclear(r);
+	return NULL;
+}
+
+int
+pgpool_ping(struct pgpool *p, char *errstr, size_t errstr_size)
+{
+	PGconn *c = pgpool_get(p, 1000, errstr, errstr_size);
+	PGresult *r;
+
+	if (c == NULL)
+		return -1;
+	r = pgpool_exec(c, "SELECT 1", 0, NULL, NULL, errstr, errstr_size);
+	pgpool_put(p, c);
+	if (r == NULL)
+		return -1;
+	PQclear(r);
+	return 0;
+}

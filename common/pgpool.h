@@ -1,0 +1,34 @@
+/* pgpool.h - a small thread-safe pool of libpq connections, opened lazily and
+ * replaced when broken, so request threads never share a PGconn. */
+#ifndef LP_PGPOOL_H
+#define LP_PGPOOL_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+struct pgpool;
+
+/* dsn is copied. size = most connections open at once. Never connects here.
+ * Returns NULL only when out of memory. Free with pgpool_free. */
+struct pgpool *pgpool_new(const char *dsn, int size, char *errstr, size_t errstr_size);
+void pgpool_free(struct pgpool *p);
+
+/* Borrows a connected PGconn (waits up to wait_ms for a free slot). Returns
+ * NULL with errstr when none is free in time or PostgreSQL is unreachable.
+ * The pool keeps ownership: give it back with pgpool_put. */
+PGconn *pgpool_get(struct pgpool *p, int wait_ms, char *errstr, size_t errstr_size);
+
+/* Returns c to the pool; a connection in a bad state (or in a transaction)
+ * is closed and reopened on a later pgpool_get. */
+void pgpool_put(struct pgpool *p, PGconn *c);
+
+/* 0 when a "SELECT 1" succeeds within the pool's connect timeout. */
+int pgpool_ping(struct pgpool *p, char *errstr, size_t errstr_size);
+
+/* Runs one parameterized command (text params). Returns the PGresult on
+ * PGRES_COMMAND_OK or PGRES_TUPLES_OK (caller PQclear()s it), else NULL with
+ * errstr; *sqlstate (if not NULL) receives the 5-char SQLSTATE or "". */
+PGresult *pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
+                      char sqlstate[6], char *errstr, size_t errstr_size);
+
+#endif

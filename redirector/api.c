@@ -1,0 +1,227 @@
+/* api.c - /api/v1 routing, authentication and JSON request/response shapes;
+ * the link logic itself is in links.c. */
+#include "api.h"
+#include "apikey.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static enum MHD_Result
+links_error(struct http_req *req, const struct links_err *err)
+{
+	return http_error(req, (unsigned)err->status, err->code, err->field, "%s", err->msg);
+}
+
+static json_t *
+err_json(const struct links_err *err)
+{
+	json_t *e = json_pack("{s:s, s:s}", "code", err->code, "message", err->msg);
+
+	if (err->field != NULL)
+		json_object_set_new(e, "field", json_string(err->field));
+	return e;
+}
+
+/* Parses the body as JSON; on failure answers 400 and returns NULL. */
+static json_t *
+body_json(struct http_req *req, enum MHD_Result *res)
+{
+	json_error_t jerr;
+	json_t *v;
+
+	if (req->body == NULL) {
+		*res = http_error(req, 400, "invalid_json", NULL, "a JSON body is required");
+		return NULL;
+	}
+	v = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+	if (v == NULL)
+		*res = http_error(req, 400, "invalid_json", NULL, "invalid JSON at line %d column %d: %s",
+		    jerr.line, jerr.column, jerr.text);
+	return v;
+}
+
+static enum MHD_Result
+create_one(struct api *a, struct http_req *req, long long key)
+{
+	enum MHD_Result res;
+	struct links_err err;
+	json_t *body = body_json(req, &res), *out;
+	int created;
+
+	if (body == NULL)
+		return res;
+	if (links_create(a->links, body, key, &out, &created, &err) < 0) {
+		json_decref(body);
+		return links_error(req, &err);
+	}
+	json_decref(body);
+	return http_json(req, created ? 201 : 200, out);
+}
+
+static enum MHD_Result
+create_bulk(struct api *a, struct http_req *req, long long key)
+{
+	enum MHD_Result res;
+	json_t *body = body_json(req, &res), *items, *results, *item;
+	size_t i;
+
+	if (body == NULL)
+		return res;
+	items = json_object_get(body, "links");
+	if (!json_is_object(body) || json_object_size(body) != 1 || !json_is_array(items)) {
+		json_decref(body);
+		return http_error(req, 400, "invalid_field", "links",
+		    "the body must be {\"links\": [ ... ]} with nothing else");
+	}
+	if (json_array_size(items) == 0 || json_array_size(items) > API_MAX_BATCH) {
+		size_t n = json_array_size(items);
+
+		json_decref(body);
+		return http_error(req, n ? 413 : 400, "invalid_field", "links",
+		    "links must hold 1 to %d items, not %zu", API_MAX_BATCH, n);
+	}
+	results = json_array();
+	json_array_foreach(items, i, item) {
+		struct links_err err;
+		json_t *out;
+		int created;
+
+		if (links_create(a->links, item, key, &out, &created, &err) < 0) {
+			json_t *e = err_json(&err);
+
+			json_object_set_new(e, "index", json_integer((json_int_t)i));
+			json_array_append_new(results, json_pack("{s:i, s:o}", "status", err.status,
+			    "error", e));
+		} else {
+			json_array_append_new(results, json_pack("{s:i, s:o}", "status",
+			    created ? 201 : 200, "link", out));
+		}
+	}
+	json_decref(body);
+	return http_json(req, 200, json_pack("{s:o}", "results", results));
+}
+
+static enum MHD_Result
+resolve(struct api *a, struct http_req *req)
+{
+	enum MHD_Result res;
+	struct links_err err;
+	json_t *body = body_json(req, &res), *codes, *out;
+
+	if (body == NULL)
+		return res;
+	codes = json_object_get(body, "codes");
+	if (!json_is_object(body) || json_object_size(body) != 1 || !json_is_array(codes)) {
+		json_decref(body);
+		return http_error(req, 400, "invalid_field", "codes",
+		    "the body must be {\"codes\": [ ... ]} with nothing else");
+	}
+	if (json_array_size(codes) > API_MAX_BATCH) {
+		size_t n = json_array_size(codes);
+
+		json_decref(body);
+		return http_error(req, 413, "invalid_field", "codes",
+		    "codes must hold at most %d items, not %zu", API_MAX_BATCH, n);
+	}
+	if (links_resolve(a->links, codes, &out, &err) < 0) {
+		json_decref(body);
+		return links_error(req, &err);
+	}
+	json_decref(body);
+	return http_json(req, 200, json_pack("{s:o}", "urls", out));
+}
+
+static enum MHD_Result
+list(struct api *a, struct http_req *req)
+{
+	const char *tag = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "tag");
+	const char *lim = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "limit");
+	const char *cur = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "cursor");
+	struct links_err err;
+	long long limit = 50;
+	char *end;
+	json_t *out;
+
+	if (lim != NULL) {
+		limit = strtoll(lim, &end, 10);
+		if (*lim == '\0' || *end != '\0' || limit < 1 || limit > 1000)
+			return http_error(req, 400, "invalid_field", "limit",
+			    "limit must be an integer from 1 to 1000");
+	}
+	if (links_list(a->links, tag, limit, cur, &out, &err) < 0)
+		return links_error(req, &err);
+	return http_json(req, 200, out);
+}
+
+static enum MHD_Result
+one(struct api *a, struct http_req *req, const char *code, long long key)
+{
+	struct links_err err;
+	enum MHD_Result res;
+	json_t *out, *body;
+
+	if (strcmp(req->method, "GET") == 0) {
+		if (links_get(a->links, code, &out, &err) < 0)
+			return links_error(req, &err);
+		return http_json(req, 200, out);
+	}
+	if (strcmp(req->method, "DELETE") == 0) {
+		if (links_delete(a->links, code, key, &err) < 0)
+			return links_error(req, &err);
+		return http_json(req, 200, json_pack("{s:s, s:b}", "code", code, "deleted", 1));
+	}
+	if (strcmp(req->method, "PATCH") == 0) {
+		if ((body = body_json(req, &res)) == NULL)
+			return res;
+		if (links_patch(a->links, code, body, key, &out, &err) < 0) {
+			json_decref(body);
+			return links_error(req, &err);
+		}
+		json_decref(body);
+		return http_json(req, 200, out);
+	}
+	return http_error(req, 405, "method_not_allowed", NULL,
+	    "%s is not allowed on /api/v1/links/{code} (GET, PATCH, DELETE)", req->method);
+}
+
+enum MHD_Result
+api_handle(struct api *a, struct http_req *req, const char *sub)
+{
+	const char *auth = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
+	char errstr[512];
+	long long key;
+
+	if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
+		return http_error(req, 401, "unauthorized", NULL,
+		    "an \"Authorization: Bearer <key>\" header is required");
+	key = apikey_check(a->pg, auth + 7, errstr, sizeof(errstr));
+	if (key < 0) {
+		log_warnx("api key check: %s", errstr);
+		return http_error(req, 503, "database_unavailable", NULL,
+		    "could not check the API key: try again");
+	}
+	if (key == 0)
+		return http_error(req, 401, "unauthorized", NULL, "unknown or revoked API key");
+
+	if (strcmp(sub, "/links") == 0) {
+		if (strcmp(req->method, "POST") == 0)
+			return create_one(a, req, key);
+		if (strcmp(req->method, "GET") == 0)
+			return list(a, req);
+		return http_error(req, 405, "method_not_allowed", NULL,
+		    "%s is not allowed on /api/v1/links (GET, POST)", req->method);
+	}
+	if (strcmp(sub, "/links/bulk") == 0 || strcmp(sub, "/links/resolve") == 0) {
+		if (strcmp(req->method, "POST") != 0)
+			return http_error(req, 405, "method_not_allowed", NULL,
+			    "only POST is allowed on /api/v1%s", sub);
+		return sub[7] == 'b' ? create_bulk(a, req, key) : resolve(a, req);
+	}
+	if (strncmp(sub, "/links/", 7) == 0 && sub[7] != '\0' && strchr(sub + 7, '/') == NULL)
+		return one(a, req, sub + 7, key);
+	return http_error(req, 404, "not_found", NULL, "no API endpoint %s /api/v1%s",
+	    req->method, sub);
+}

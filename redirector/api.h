@@ -1,0 +1,20 @@
+/* api.h - the /api/v1 JSON API: bearer-key authentication and the links
+ * endpoints (create, bulk, resolve, get, patch, delete, list). */
+#ifndef LP_API_H
+#define LP_API_H
+
+#include "http.h"
+#include "links.h"
+#include "pgpool.h"
+
+#define API_MAX_BATCH 1000
+
+struct api {
+	struct links *links;   /* borrowed */
+	struct pgpool *pg;     /* borrowed, for key checks */
+};
+
+/* Handles a request whose path starts with "/api/v1"; sub is the rest. */
+enum MHD_Result api_handle(struct api *a, struct http_req *req, const char *sub);
+
+#endif

@@ -1,0 +1,272 @@
+/* http.c - libmicrohttpd glue: epoll thread pool, raw URI capture (for the
+ * "/?code" form and the event's query string), body accumulation with a size
+ * cap (413), and JSON/redirect responders. */
+#include "http.h"
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+struct http_server {
+	struct MHD_Daemon *d;
+	http_handler handler;
+	void *ctx;
+	size_t max_body;
+};
+
+/* Per-request state, created by the URI log callback and freed when the
+ * request completes. */
+struct reqstate {
+	char *rawuri;   /* owned */
+	char *body;     /* owned */
+	size_t len, cap;
+	int too_big;
+	int started;    /* the headers-only first call has been seen */
+	double start;
+};
+
+double
+http_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *
+uri_logger(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	struct reqstate *st = calloc(1, sizeof(*st));
+
+	(void)cls;
+	(void)conn;
+	if (st == NULL)
+		return NULL;
+	st->rawuri = strdup(uri ? uri : "/");
+	st->start = http_now();
+	return st;
+}
+
+static void
+completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+          enum MHD_RequestTerminationCode toe)
+{
+	struct reqstate *st = *req_cls;
+
+	(void)cls;
+	(void)conn;
+	(void)toe;
+	if (st == NULL)
+		return;
+	free(st->rawuri);
+	free(st->body);
+	free(st);
+	*req_cls = NULL;
+}
+
+static enum MHD_Result
+queue(struct http_req *req, unsigned status, struct MHD_Response *resp)
+{
+	enum MHD_Result r;
+
+	if (resp == NULL)
+		return MHD_NO;
+	req->status = (int)status;
+	r = MHD_queue_response(req->conn, status, resp);
+	MHD_destroy_response(resp);
+	return r;
+}
+
+enum MHD_Result
+http_text(struct http_req *req, unsigned status, const char *content_type,
+          const char *text, size_t len)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)(uintptr_t)text,
+	    MHD_RESPMEM_MUST_COPY);
+
+	if (resp != NULL && content_type != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+	return queue(req, status, resp);
+}
+
+enum MHD_Result
+http_json(struct http_req *req, unsigned status, json_t *body)
+{
+	char *s = json_dumps(body, JSON_COMPACT);
+	struct MHD_Response *resp;
+
+	json_decref(body);
+	if (s == NULL)
+		return MHD_NO;
+	resp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+	if (resp == NULL) {
+		free(s);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	return queue(req, status, resp);
+}
+
+enum MHD_Result
+http_error(struct http_req *req, unsigned status, const char *code, const char *field,
+           const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	json_t *err;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	err = json_pack("{s:s, s:s}", "code", code, "message", msg);
+	if (field != NULL)
+		json_object_set_new(err, "field", json_string(field));
+	return http_json(req, status, json_pack("{s:o}", "error", err));
+}
+
+enum MHD_Result
+http_redirect(struct http_req *req, unsigned status, const char *location)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL,
+	    MHD_RESPMEM_PERSISTENT);
+
+	if (resp == NULL)
+		return MHD_NO;
+	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location) == MHD_NO) {
+		MHD_destroy_response(resp);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "private, max-age=0");
+	return queue(req, status, resp);
+}
+
+const char *
+http_header(struct http_req *req, const char *name)
+{
+	return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+static enum MHD_Result
+access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+          const char *version, const char *upload_data, size_t *upload_data_size,
+          void **req_cls)
+{
+	struct http_server *s = cls;
+	struct reqstate *st = *req_cls;
+	struct http_req req;
+	const union MHD_ConnectionInfo *ci;
+	char *q;
+
+	(void)version;
+	if (st == NULL)
+		return MHD_NO;
+	if (*upload_data_size > 0) {
+		if (!st->too_big && st->len + *upload_data_size > s->max_body)
+			st->too_big = 1;
+		if (!st->too_big) {
+			if (st->len + *upload_data_size + 1 > st->cap) {
+				size_t ncap = (st->len + *upload_data_size + 1) * 2;
+				char *nb;
+
+				if (ncap > s->max_body + 1)
+					ncap = s->max_body + 1;
+				if ((nb = realloc(st->body, ncap)) == NULL)
+					return MHD_NO;
+				st->body = nb;
+				st->cap = ncap;
+			}
+			memcpy(st->body + st->len, upload_data, *upload_data_size);
+			st->len += *upload_data_size;
+			st->body[st->len] = '\0';
+		}
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	/* The first call carries headers only; the body (if any) follows. */
+	if (!st->started) {
+		st->started = 1;
+		return MHD_YES;
+	}
+	memset(&req, 0, sizeof(req));
+	req.conn = conn;
+	req.method = method;
+	req.path = url;
+	req.rawuri = st->rawuri;
+	q = st->rawuri ? strchr(st->rawuri, '?') : NULL;
+	req.query = q ? q + 1 : NULL;
+	req.body = st->len ? st->body : NULL;
+	req.body_len = st->len;
+	req.start = st->start;
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	req.peer = ci ? ci->client_addr : NULL;
+	if (st->too_big)
+		return http_error(&req, 413, "body_too_large", NULL,
+		    "request body is larger than %zu bytes", s->max_body);
+	return s->handler(s->ctx, &req);
+}
+
+struct http_server *
+http_start(const struct http_conf *conf, http_handler handler, void *ctx,
+           char *errstr, size_t errstr_size)
+{
+	struct http_server *s = calloc(1, sizeof(*s));
+	struct sockaddr_in sin;
+
+	if (s == NULL) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	s->handler = handler;
+	s->ctx = ctx;
+	s->max_body = conf->max_body;
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)conf->port);
+	if (inet_pton(AF_INET, conf->addr, &sin.sin_addr) != 1) {
+		snprintf(errstr, errstr_size, "listen_addr: \"%s\" is not an IPv4 address", conf->addr);
+		free(s);
+		return NULL;
+	}
+	s->d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG |
+	    MHD_ALLOW_SUSPEND_RESUME,
+	    (uint16_t)conf->port, NULL, NULL, access_cb, s,
+	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sin,
+	    MHD_OPTION_THREAD_POOL_SIZE, (unsigned)conf->threads,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)conf->max_connections,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conf->timeout_s,
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, conf->max_header,
+	    MHD_OPTION_URI_LOG_CALLBACK, uri_logger, NULL,
+	    MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+	    MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+	    MHD_OPTION_END);
+	if (s->d == NULL) {
+		snprintf(errstr, errstr_size, "could not listen on %s:%d", conf->addr, conf->port);
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+void
+http_quiesce(struct http_server *s)
+{
+	MHD_socket fd = MHD_quiesce_daemon(s->d);
+
+	if (fd != MHD_INVALID_SOCKET)
+		close(fd);
+}
+
+void
+http_stop(struct http_server *s)
+{
+	if (s == NULL)
+		return;
+	MHD_stop_daemon(s->d);
+	free(s);
+}

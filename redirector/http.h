@@ -1,0 +1,63 @@
+/* http.h - the redirector's libmicrohttpd server: an internal epoll thread
+ * pool, limits, whole-body accumulation, and small helpers to answer with
+ * JSON, redirects or errors. Routing is the caller's (a handler callback). */
+#ifndef LP_HTTP_H
+#define LP_HTTP_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stddef.h>
+
+struct http_req {
+	struct MHD_Connection *conn;
+	const char *method;  /* "GET", ... (libmicrohttpd's) */
+	const char *path;    /* decoded path without query (libmicrohttpd's) */
+	const char *rawuri;  /* request target as sent, with query (ours) */
+	const char *query;   /* raw query after '?', or NULL (points into rawuri) */
+	const char *body;    /* NUL-terminated request body (ours), or NULL */
+	size_t body_len;
+	const struct sockaddr *peer;
+	double start;        /* monotonic seconds when the request arrived */
+	int status;          /* set by the responders */
+};
+
+/* Returns an MHD_Result from one of the responders below. */
+typedef enum MHD_Result (*http_handler)(void *ctx, struct http_req *req);
+
+struct http_conf {
+	const char *addr;        /* listen address, e.g. "127.0.0.1" or "0.0.0.0" */
+	int port;
+	int threads;             /* epoll thread pool size */
+	int max_connections;
+	int timeout_s;           /* idle connection timeout */
+	size_t max_body;         /* larger bodies get 413 */
+	size_t max_header;       /* per-connection memory for headers */
+};
+
+struct http_server;
+
+/* Starts listening. ctx is passed to handler. Returns NULL with errstr. */
+struct http_server *http_start(const struct http_conf *conf, http_handler handler, void *ctx,
+                               char *errstr, size_t errstr_size);
+/* Stops accepting new connections (quiesce) without waiting. */
+void http_quiesce(struct http_server *s);
+/* Stops and frees. */
+void http_stop(struct http_server *s);
+
+/* Request header value or NULL (libmicrohttpd owns it). */
+const char *http_header(struct http_req *req, const char *name);
+
+/* Responders: each queues a response and returns the MHD result. */
+enum MHD_Result http_json(struct http_req *req, unsigned status, json_t *body /* stolen */);
+/* {"error": {"code": code, "message": message, "field": field?}} */
+enum MHD_Result http_error(struct http_req *req, unsigned status, const char *code,
+                           const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+enum MHD_Result http_redirect(struct http_req *req, unsigned status, const char *location);
+enum MHD_Result http_text(struct http_req *req, unsigned status, const char *content_type,
+                          const char *text, size_t len);
+
+/* Monotonic clock in seconds. */
+double http_now(void);
+
+#endif

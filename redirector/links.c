@@ -1,0 +1,985 @@
+/* links.c - link creation (random pool, hash, sequence, alias), dedupe by
+ * long-URL MD5, lookup, PATCH, soft delete, keyset listing and batch
+ * resolve, over parameterized libpq queries with Redis as a cache. */
+#include "links.h"
+#include "digest.h"
+#include "log.h"
+#include "pool.h"
+
+#include <ctype.h>
+#include <curl/curl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define MAX_URL 4096
+#define MAX_TAGS 32
+#define MAX_TAG_LEN 64
+#define CREATE_TRIES 64
+
+struct links {
+	struct pgpool *pg;
+	struct kv *kv;
+	struct bloom *bloom;
+	struct pool *pool;
+	char *base_url;          /* owned */
+	char base_host[256];
+	int default_length;
+	enum links_strategy default_strategy;
+	struct codes_key seqkey;
+	int cache_ttl_s;
+};
+
+/* Columns every link query returns, in this order (see row_json). */
+#define LINK_COLS                                                                      \
+	"l.id, l.code, l.short_url, l.long_url, l.long_url_md5, l.strategy, "          \
+	"l.redirect_type, to_json(l.valid_since)#>>'{}', to_json(l.expires_at)#>>'{}', " \
+	"l.max_visits, array_to_json(l.tags), l.disabled, l.deleted, "                  \
+	"to_json(l.create_time)#>>'{}', to_json(l.update_time)#>>'{}', "                \
+	"coalesce((SELECT t.visits FROM link_total t WHERE t.url_link_id = l.id), 0)"
+
+static const char *const strategy_names[] = { "random", "sequence", "hash", "alias" };
+
+static int
+fail(struct links_err *err, int status, const char *code, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int
+fail(struct links_err *err, int status, const char *code, const char *field, const char *fmt, ...)
+{
+	va_list ap;
+
+	err->status = status;
+	err->code = code;
+	err->field = field;
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int
+db_fail(struct links_err *err, const char *errstr)
+{
+	log_warnx("links: %s", errstr);
+	return fail(err, 503, "database_unavailable", NULL, "the database is unavailable: try again");
+}
+
+static const char *
+url_host(const char *url, char *host, size_t host_size)
+{
+	CURLU *h = curl_url();
+	char *p = NULL;
+
+	host[0] = '\0';
+	if (h != NULL && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
+	    curl_url_get(h, CURLUPART_HOST, &p, 0) == CURLUE_OK) {
+		snprintf(host, host_size, "%s", p);
+		for (char *c = host; *c; c++)
+			*c = (char)tolower((unsigned char)*c);
+	}
+	curl_free(p);
+	curl_url_cleanup(h);
+	return host;
+}
+
+struct links *
+links_new(const struct links_conf *conf, struct pgpool *pg, struct kv *kv, struct bloom *bloom,
+          struct pool *pool, char *errstr, size_t errstr_size)
+{
+	struct links *L = calloc(1, sizeof(*L));
+	size_t n;
+
+	if (L == NULL || (L->base_url = strdup(conf->base_url)) == NULL) {
+		free(L);
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	n = strlen(L->base_url);
+	while (n > 0 && L->base_url[n - 1] == '/')
+		L->base_url[--n] = '\0';
+	url_host(L->base_url, L->base_host, sizeof(L->base_host));
+	if (L->base_host[0] == '\0') {
+		snprintf(errstr, errstr_size, "base_url: \"%s\" is not a URL with a host", conf->base_url);
+		links_free(L);
+		return NULL;
+	}
+	if (codes_seq_key_from_secret(conf->seq_secret, &L->seqkey) < 0) {
+		snprintf(errstr, errstr_size, "sequence_secret: unusable");
+		links_free(L);
+		return NULL;
+	}
+	L->pg = pg;
+	L->kv = kv;
+	L->bloom = bloom;
+	L->pool = pool;
+	L->default_length = conf->default_length;
+	L->default_strategy = conf->default_strategy;
+	L->cache_ttl_s = conf->cache_ttl_s;
+	return L;
+}
+
+void
+links_free(struct links *L)
+{
+	if (L == NULL)
+		return;
+	free(L->base_url);
+	free(L);
+}
+
+/* ------------------------------------------------------------ JSON out */
+
+static json_t *
+text_or_null(PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col) ? json_null() : json_string(PQgetvalue(r, row, col));
+}
+
+static json_t *
+row_json(PGresult *r, int i)
+{
+	json_t *tags = json_loads(PQgetvalue(r, i, 10), 0, NULL);
+	int strategy = atoi(PQgetvalue(r, i, 5));
+
+	return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:i, s:o, s:o, s:o, s:o, s:b, s:b, "
+	    "s:s, s:s, s:I}",
+	    "id", (json_int_t)strtoll(PQgetvalue(r, i, 0), NULL, 10),
+	    "code", PQgetvalue(r, i, 1),
+	    "short_url", PQgetvalue(r, i, 2),
+	    "long_url", PQgetvalue(r, i, 3),
+	    "long_url_md5", PQgetvalue(r, i, 4),
+	    "strategy", strategy >= 0 && strategy <= 3 ? strategy_names[strategy] : "random",
+	    "redirect_type", atoi(PQgetvalue(r, i, 6)),
+	    "valid_since", text_or_null(r, i, 7),
+	    "expires_at", text_or_null(r, i, 8),
+	    "max_visits", PQgetisnull(r, i, 9) ? json_null() :
+	        json_integer(strtoll(PQgetvalue(r, i, 9), NULL, 10)),
+	    "tags", tags ? tags : json_array(),
+	    "disabled", PQgetvalue(r, i, 11)[0] == 't',
+	    "deleted", atoi(PQgetvalue(r, i, 12)) != 0,
+	    "created_at", PQgetvalue(r, i, 13),
+	    "updated_at", PQgetvalue(r, i, 14),
+	    "hits", (json_int_t)strtoll(PQgetvalue(r, i, 15), NULL, 10));
+}
+
+/* ------------------------------------------------------ validation */
+
+int
+links_check_url(struct links *L, const char *url, const char *field, struct links_err *err)
+{
+	size_t n = strlen(url);
+	CURLU *h;
+	CURLUcode rc;
+	char *scheme = NULL, *host = NULL;
+	int ret = 0;
+
+	if (n == 0)
+		return fail(err, 400, "invalid_url", field, "%s must not be empty", field);
+	if (n > MAX_URL)
+		return fail(err, 400, "invalid_url", field, "%s is %zu characters; at most %d allowed",
+		    field, n, MAX_URL);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)url[i] < 0x20 || url[i] == 0x7f)
+			return fail(err, 400, "invalid_url", field,
+			    "%s contains a control character at position %zu", field, i);
+	if ((h = curl_url()) == NULL)
+		return fail(err, 503, "internal", NULL, "out of memory");
+	rc = curl_url_set(h, CURLUPART_URL, url, 0);
+	if (rc != CURLUE_OK) {
+		ret = fail(err, 400, "invalid_url", field, "%s is not a valid URL: %s", field,
+		    curl_url_strerror(rc));
+	} else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0)) {
+		ret = fail(err, 400, "invalid_url", field, "%s must use http or https", field);
+	} else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || *host == '\0') {
+		ret = fail(err, 400, "invalid_url", field, "%s has no host", field);
+	} else if (strcasecmp(host, L->base_host) == 0) {
+		ret = fail(err, 400, "redirect_loop", field,
+		    "%s points at this service's own host (%s): that would loop", field, host);
+	}
+	curl_free(scheme);
+	curl_free(host);
+	curl_url_cleanup(h);
+	return ret;
+}
+
+/* RFC 3339 date-time: YYYY-MM-DDTHH:MM:SS[.frac](Z|+hh:mm|-hh:mm). */
+static int
+valid_rfc3339(const char *s)
+{
+	struct tm tm;
+	const char *p;
+
+	memset(&tm, 0, sizeof(tm));
+	p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (p == NULL || strlen(s) < 20)
+		return 0;
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p))
+			return 0;
+		while (isdigit((unsigned char)*p))
+			p++;
+	}
+	if (*p == 'Z' || *p == 'z')
+		return p[1] == '\0';
+	if ((*p == '+' || *p == '-') && isdigit((unsigned char)p[1]) && isdigit((unsigned char)p[2]) &&
+	    p[3] == ':' && isdigit((unsigned char)p[4]) && isdigit((unsigned char)p[5]) && p[6] == '\0')
+		return 1;
+	return 0;
+}
+
+/* The fields a create or patch request may set, checked and in text form
+ * for query parameters. */
+struct fields {
+	const char *url;
+	const char *alias;
+	int strategy;            /* -1 unset */
+	int length;              /* 0 unset */
+	int has_expires, has_valid, has_max, has_redirect, has_tags, has_disabled, has_url;
+	const char *expires_at;  /* NULL = clear */
+	const char *valid_since;
+	char max_visits[24];     /* "" = clear */
+	char redirect_type[8];
+	char *tags;              /* PostgreSQL array literal, owned */
+	int disabled;
+	int dedupe;
+};
+
+static int
+parse_tags(json_t *v, char **out, struct links_err *err)
+{
+	size_t i, cap = 3;
+	json_t *t;
+	char *buf, *w;
+
+	if (!json_is_array(v))
+		return fail(err, 400, "invalid_field", "tags", "tags must be an array of strings");
+	if (json_array_size(v) > MAX_TAGS)
+		return fail(err, 400, "invalid_field", "tags", "at most %d tags allowed", MAX_TAGS);
+	json_array_foreach(v, i, t) {
+		const char *s = json_string_value(t);
+		size_t n = s ? strlen(s) : 0;
+
+		if (s == NULL || n == 0 || n > MAX_TAG_LEN)
+			return fail(err, 400, "invalid_field", "tags",
+			    "tags[%zu] must be a string of 1-%d characters", i, MAX_TAG_LEN);
+		for (size_t k = 0; k < n; k++)
+			if ((unsigned char)s[k] < 0x20 || s[k] == 0x7f)
+				return fail(err, 400, "invalid_field", "tags",
+				    "tags[%zu] contains a control character", i);
+		cap += 2 * n + 3;
+	}
+	if ((buf = malloc(cap)) == NULL)
+		return fail(err, 503, "internal", NULL, "out of memory");
+	w = buf;
+	*w++ = '{';
+	json_array_foreach(v, i, t) {
+		const char *s = json_string_value(t);
+
+		if (i > 0)
+			*w++ = ',';
+		*w++ = '"';
+		for (; *s; s++) {
+			if (*s == '"' || *s == '\\')
+				*w++ = '\\';
+			*w++ = *s;
+		}
+		*w++ = '"';
+	}
+	*w++ = '}';
+	*w = '\0';
+	*out = buf;
+	return 0;
+}
+
+static int
+parse_time_field(json_t *v, const char *name, const char **out, struct links_err *err)
+{
+	if (json_is_null(v)) {
+		*out = NULL;
+		return 0;
+	}
+	if (!json_is_string(v) || !valid_rfc3339(json_string_value(v)))
+		return fail(err, 400, "invalid_field", name,
+		    "%s must be an RFC 3339 date-time such as 2030-01-31T12:00:00Z, or null", name);
+	*out = json_string_value(v);
+	return 0;
+}
+
+/* Checks every member of req against the allowed names; fills f. */
+static int
+parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struct links_err *err)
+{
+	static const char *const create_ok[] = { "url", "alias", "strategy", "length", "expires_at",
+	    "valid_since", "max_visits", "redirect_type", "tags", "dedupe", NULL };
+	static const char *const patch_ok[] = { "url", "expires_at", "valid_since", "max_visits",
+	    "redirect_type", "disabled", "tags", NULL };
+	const char *const *ok = is_patch ? patch_ok : create_ok;
+	const char *key;
+	json_t *v;
+
+	memset(f, 0, sizeof(*f));
+	f->strategy = -1;
+	f->dedupe = 1;
+	if (!json_is_object(req))
+		return fail(err, 400, "invalid_json", NULL, "the request body must be a JSON object");
+	json_object_foreach(req, key, v) {
+		int known = 0;
+
+		for (int i = 0; ok[i] != NULL; i++)
+			if (strcmp(key, ok[i]) == 0)
+				known = 1;
+		if (!known)
+			return fail(err, 400, "unknown_field", key, "unknown field \"%s\"", key);
+		if (strcmp(key, "url") == 0) {
+			if (!json_is_string(v))
+				return fail(err, 400, "invalid_field", "url", "url must be a string");
+			f->url = json_string_value(v);
+			f->has_url = 1;
+			if (links_check_url(L, f->url, "url", err) < 0)
+				return -1;
+		} else if (strcmp(key, "alias") == 0) {
+			if (json_is_null(v))
+				continue;
+			if (!json_is_string(v) || !codes_valid_alias(json_string_value(v)))
+				return fail(err, 400, "invalid_field", "alias",
+				    "alias must be 1-64 characters of A-Z a-z 0-9 _ -");
+			if (codes_is_reserved(json_string_value(v)))
+				return fail(err, 400, "reserved_alias", "alias",
+				    "alias \"%s\" is reserved", json_string_value(v));
+			f->alias = json_string_value(v);
+		} else if (strcmp(key, "strategy") == 0) {
+			const char *s = json_string_value(v);
+
+			for (int i = 0; s != NULL && i < 3; i++)
+				if (strcmp(s, strategy_names[i]) == 0)
+					f->strategy = i;
+			if (f->strategy < 0)
+				return fail(err, 400, "invalid_field", "strategy",
+				    "strategy must be \"random\", \"hash\" or \"sequence\"");
+		} else if (strcmp(key, "length") == 0) {
+			if (!json_is_integer(v) || json_integer_value(v) < CODES_GEN_MIN ||
+			    json_integer_value(v) > CODES_GEN_MAX)
+				return fail(err, 400, "invalid_field", "length",
+				    "length must be an integer from %d to %d", CODES_GEN_MIN, CODES_GEN_MAX);
+			f->length = (int)json_integer_value(v);
+		} else if (strcmp(key, "expires_at") == 0) {
+			if (parse_time_field(v, "expires_at", &f->expires_at, err) < 0)
+				return -1;
+			f->has_expires = 1;
+		} else if (strcmp(key, "valid_since") == 0) {
+			if (parse_time_field(v, "valid_since", &f->valid_since, err) < 0)
+				return -1;
+			f->has_valid = 1;
+		} else if (strcmp(key, "max_visits") == 0) {
+			if (json_is_null(v)) {
+				f->max_visits[0] = '\0';
+			} else if (!json_is_integer(v) || json_integer_value(v) < 1) {
+				return fail(err, 400, "invalid_field", "max_visits",
+				    "max_visits must be a positive integer or null");
+			} else {
+				snprintf(f->max_visits, sizeof(f->max_visits), "%lld",
+				    (long long)json_integer_value(v));
+			}
+			f->has_max = 1;
+		} else if (strcmp(key, "redirect_type") == 0) {
+			json_int_t t = json_integer_value(v);
+
+			if (!json_is_integer(v) || (t != 301 && t != 302 && t != 307 && t != 308))
+				return fail(err, 400, "invalid_field", "redirect_type",
+				    "redirect_type must be 301, 302, 307 or 308");
+			snprintf(f->redirect_type, sizeof(f->redirect_type), "%d", (int)t);
+			f->has_redirect = 1;
+		} else if (strcmp(key, "tags") == 0) {
+			if (parse_tags(v, &f->tags, err) < 0)
+				return -1;
+			f->has_tags = 1;
+		} else if (strcmp(key, "dedupe") == 0) {
+			if (!json_is_boolean(v))
+				return fail(err, 400, "invalid_field", "dedupe", "dedupe must be true or false");
+			f->dedupe = json_is_true(v);
+		} else if (strcmp(key, "disabled") == 0) {
+			if (!json_is_boolean(v))
+				return fail(err, 400, "invalid_field", "disabled",
+				    "disabled must be true or false");
+			f->disabled = json_is_true(v);
+			f->has_disabled = 1;
+		}
+	}
+	if (!is_patch && f->url == NULL)
+		return fail(err, 400, "missing_field", "url", "url is required");
+	if (f->alias != NULL && (f->strategy >= 0 || f->length > 0))
+		return fail(err, 400, "invalid_field", f->strategy >= 0 ? "strategy" : "length",
+		    "an alias cannot be combined with strategy or length");
+	return 0;
+}
+
+/* ---------------------------------------------------------- caching */
+
+static void
+cache_link(struct links *L, json_t *link)
+{
+	char *s = json_dumps(link, JSON_COMPACT);
+	const char *code = json_string_value(json_object_get(link, "code"));
+	const char *md5 = json_string_value(json_object_get(link, "long_url_md5"));
+	char ttl[16];
+	const char *a1[] = { "SET", NULL, s, "EX", ttl };
+	const char *a2[] = { "HSET", "lp:md5code", md5, code };
+	char key[96];
+	size_t l1[5], l2[4];
+	const char *const *const argv[2] = { a1, a2 };
+	const size_t *lens[2] = { l1, l2 };
+	int argc[2] = { 5, 4 };
+	redisReply *rep[2];
+
+	if (s == NULL || code == NULL || md5 == NULL || !kv_up(L->kv)) {
+		free(s);
+		return;
+	}
+	snprintf(key, sizeof(key), "lp:link:%s", code);
+	snprintf(ttl, sizeof(ttl), "%d", L->cache_ttl_s);
+	a1[1] = key;
+	for (int i = 0; i < 5; i++)
+		l1[i] = strlen(a1[i]);
+	for (int i = 0; i < 4; i++)
+		l2[i] = strlen(a2[i]);
+	if (kv_pipeline(L->kv, 2, argc, argv, lens, rep) == 0) {
+		freeReplyObject(rep[0]);
+		freeReplyObject(rep[1]);
+	}
+	free(s);
+}
+
+void
+links_invalidate(struct links *L, const char *code, const char *md5)
+{
+	redisReply *r;
+
+	if ((r = kv_cmd(L->kv, "DEL lp:link:%s", code)) != NULL)
+		freeReplyObject(r);
+	if (md5 != NULL && (r = kv_cmd(L->kv, "HDEL lp:md5code %s", md5)) != NULL)
+		freeReplyObject(r);
+}
+
+/* A link eligible for dedupe: same target, live, no per-link limits. */
+static int
+dedupable(json_t *link, const char *url, const char *redirect_type)
+{
+	return link != NULL &&
+	    strcmp(json_string_value(json_object_get(link, "long_url")), url) == 0 &&
+	    !json_is_true(json_object_get(link, "deleted")) &&
+	    !json_is_true(json_object_get(link, "disabled")) &&
+	    json_is_null(json_object_get(link, "expires_at")) &&
+	    json_is_null(json_object_get(link, "valid_since")) &&
+	    json_is_null(json_object_get(link, "max_visits")) &&
+	    json_integer_value(json_object_get(link, "redirect_type")) == atoi(redirect_type) &&
+	    strcmp(json_string_value(json_object_get(link, "strategy")), "alias") != 0;
+}
+
+/* Finds a live link for the same URL: Redis MD5 map first, then PostgreSQL. */
+static int
+find_existing(struct links *L, PGconn *c, const char *url, const char *md5,
+              const char *redirect_type, json_t **out, char *errstr, size_t errstr_size)
+{
+	redisReply *r = kv_cmd(L->kv, "HGET lp:md5code %s", md5);
+	const char *params[3] = { md5, url, redirect_type };
+	PGresult *res;
+
+	*out = NULL;
+	if (r != NULL && r->type == REDIS_REPLY_STRING) {
+		redisReply *lr = kv_cmd(L->kv, "GET lp:link:%s", r->str);
+
+		if (lr != NULL && lr->type == REDIS_REPLY_STRING) {
+			json_t *link = json_loadb(lr->str, lr->len, 0, NULL);
+
+			if (dedupable(link, url, redirect_type))
+				*out = link;
+			else
+				json_decref(link);
+		}
+		if (lr != NULL)
+			freeReplyObject(lr);
+	}
+	if (r != NULL)
+		freeReplyObject(r);
+	if (*out != NULL)
+		return 0;
+	res = pgpool_exec(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.long_url_md5 = $1 "
+	    "AND l.long_url = $2 AND l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL "
+	    "AND l.valid_since IS NULL AND l.max_visits IS NULL AND l.strategy <> 3 "
+	    "AND l.redirect_type = $3::smallint ORDER BY l.id LIMIT 1", 3, params, NULL,
+	    errstr, errstr_size);
+	if (res == NULL)
+		return -1;
+	if (PQntuples(res) == 1) {
+		*out = row_json(res, 0);
+		cache_link(L, *out);
+	}
+	PQclear(res);
+	return 0;
+}
+
+/* ------------------------------------------------------------ create */
+
+/* Inserts url_link for the code chosen by codesql (one row with a column
+ * named code, from parameters $11 and up). Parameters $1..$10 are the link
+ * fields. Returns 1 created, 0 when the code was taken, -1 error. */
+static int
+insert_link(PGconn *c, const char *codesql, const char **params, int nparams, json_t **out,
+            char *errstr, size_t errstr_size)
+{
+	char sql[2048], state[6];
+	PGresult *r;
+
+	snprintf(sql, sizeof(sql),
+	    "WITH c AS (%s), ins AS (INSERT INTO url_link (code, short_url, long_url, long_url_md5, "
+	    "strategy, redirect_type, valid_since, expires_at, max_visits, tags, creator, updater) "
+	    "SELECT c.code, $1 || '/' || c.code, $2, $3, $4::smallint, $5::smallint, "
+	    "$6::timestamptz, $7::timestamptz, $8::bigint, coalesce($9::text[], '{}'), "
+	    "nullif($10, '0')::bigint, nullif($10, '0')::bigint FROM c RETURNING *) "
+	    "SELECT " LINK_COLS " FROM ins l", codesql);
+	r = pgpool_exec(c, sql, nparams, params, state, errstr, errstr_size);
+	if (r == NULL)
+		return strcmp(state, "23505") == 0 ? 0 : -1;
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return 0;
+	}
+	*out = row_json(r, 0);
+	PQclear(r);
+	return 1;
+}
+
+/* Marks a pooled code unusable (it clashes with an alias or was claimed). */
+static void
+invalidate_code(PGconn *c, const char *code)
+{
+	const char *p1[1] = { code };
+	char errstr[256];
+	PGresult *r = pgpool_exec(c, "UPDATE unique_code SET status = -1, update_time = now() "
+	    "WHERE code = $1 AND status = 0 AND EXISTS (SELECT 1 FROM url_link WHERE code = $1)",
+	    1, p1, NULL, errstr, sizeof(errstr));
+
+	PQclear(r);
+}
+
+/* Chooses the next candidate code for strategy; sets *codesql and *nparams.
+ * Returns 1 ready, 0 skip this round (Bloom filter or reserved), -1 error. */
+struct attempt {
+	char code[CODES_ALIAS_MAX + 1];
+	char cands[CODES_HASH_CANDIDATES][CODES_GEN_SIZE];
+	char len_s[4], type_s[4];
+	int cand, salt, from_pool, pg_pool_empty;
+};
+
+static int
+next_code(struct links *L, PGconn *c, enum links_strategy strategy, const struct fields *f,
+          int length, struct attempt *a, const char **codesql, int *nparams,
+          struct links_err *err)
+{
+	char errstr[512];
+
+	*codesql = "INSERT INTO unique_code (code, status, type) VALUES ($11, 1, $12::smallint) "
+	    "ON CONFLICT (code) DO NOTHING RETURNING code";
+	*nparams = 12;
+	a->from_pool = 0;
+	snprintf(a->len_s, sizeof(a->len_s), "%d", length);
+	switch (strategy) {
+	case LINKS_ALIAS:
+		snprintf(a->code, sizeof(a->code), "%s", f->alias);
+		*codesql = "SELECT $11::text AS code";
+		*nparams = 11;
+		return 1;
+	case LINKS_RANDOM:
+		snprintf(a->type_s, sizeof(a->type_s), "0");
+		if (L->pool != NULL && length == pool_length(L->pool) && !a->pg_pool_empty) {
+			if (pool_take(L->pool, a->code)) {
+				a->from_pool = 1;
+				*codesql = "UPDATE unique_code SET status = 1, update_time = now() "
+				    "WHERE code = $11 AND status = 0 RETURNING code";
+				*nparams = 11;
+			} else {
+				/* Redis down or empty: claim from PostgreSQL. */
+				memcpy(a->code, a->len_s, sizeof(a->len_s));
+				a->from_pool = 2;
+				*codesql = "UPDATE unique_code SET status = 1, update_time = now() "
+				    "WHERE id = (SELECT id FROM unique_code WHERE status = 0 AND type = 0 "
+				    "AND length(code) = $11::int ORDER BY id LIMIT 1 "
+				    "FOR UPDATE SKIP LOCKED) RETURNING code";
+				*nparams = 11;
+			}
+			return 1;
+		}
+		if (codes_random(length, a->code, errstr, sizeof(errstr)) < 0)
+			return fail(err, 503, "internal", NULL, "%s", errstr);
+		break;
+	case LINKS_HASH:
+		snprintf(a->type_s, sizeof(a->type_s), "2");
+		if (a->cand == 0 || a->cand == CODES_HASH_CANDIDATES) {
+			codes_hash_candidates(f->url, strlen(f->url), length, a->salt++, a->cands);
+			a->cand = 0;
+		}
+		memcpy(a->code, a->cands[a->cand], sizeof(a->cands[0]));
+		a->cand++;
+		if (L->bloom != NULL && bloom_maybe(L->bloom, a->code, strlen(a->code)))
+			return 0;
+		break;
+	case LINKS_SEQUENCE: {
+		PGresult *sr = pgpool_exec(c, "SELECT nextval('url_link_code_seq')", 0, NULL, NULL,
+		    errstr, sizeof(errstr));
+		unsigned long long ctr;
+
+		if (sr == NULL)
+			return db_fail(err, errstr);
+		ctr = strtoull(PQgetvalue(sr, 0, 0), NULL, 10);
+		PQclear(sr);
+		snprintf(a->type_s, sizeof(a->type_s), "1");
+		if (codes_seq_encode(&L->seqkey, ctr, length, a->code, errstr, sizeof(errstr)) < 0)
+			return fail(err, 409, "code_space_exhausted", "length",
+			    "no more sequence codes of length %d", length);
+		break;
+	}
+	}
+	return codes_is_reserved(a->code) ? 0 : 1;
+}
+
+int
+links_create(struct links *L, json_t *req, long long key_id, json_t **out, int *created,
+             struct links_err *err)
+{
+	struct fields f;
+	struct attempt a;
+	char md5[33], strategy_s[4], key_s[24], errstr[512];
+	const char *params[12];
+	enum links_strategy strategy;
+	int length, rc = -1;
+	PGconn *c = NULL;
+
+	*out = NULL;
+	*created = 0;
+	memset(&a, 0, sizeof(a));
+	if (parse_fields(L, req, 0, &f, err) < 0)
+		goto done;
+	strategy = f.alias ? LINKS_ALIAS : f.strategy >= 0 ? (enum links_strategy)f.strategy :
+	    L->default_strategy;
+	length = f.length ? f.length : L->default_length;
+	if (!f.has_redirect)
+		snprintf(f.redirect_type, sizeof(f.redirect_type), "302");
+	digest_md5_hex(f.url, strlen(f.url), md5);
+	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL) {
+		db_fail(err, errstr);
+		goto done;
+	}
+	if (f.dedupe && strategy != LINKS_ALIAS && !f.has_expires && !f.has_valid &&
+	    !(f.has_max && f.max_visits[0])) {
+		if (find_existing(L, c, f.url, md5, f.redirect_type, out, errstr, sizeof(errstr)) < 0) {
+			db_fail(err, errstr);
+			goto done;
+		}
+		if (*out != NULL) {
+			rc = 0;
+			goto done;
+		}
+	}
+	snprintf(strategy_s, sizeof(strategy_s), "%d", (int)strategy);
+	snprintf(key_s, sizeof(key_s), "%lld", key_id);
+	params[0] = L->base_url;
+	params[1] = f.url;
+	params[2] = md5;
+	params[3] = strategy_s;
+	params[4] = f.redirect_type;
+	params[5] = f.valid_since;
+	params[6] = f.expires_at;
+	params[7] = f.max_visits[0] ? f.max_visits : NULL;
+	params[8] = f.tags;
+	params[9] = key_s;
+	params[10] = a.code;
+	params[11] = a.type_s;
+
+	for (int attempt = 0; attempt < CREATE_TRIES; attempt++) {
+		const char *codesql;
+		int nparams, r;
+
+		if ((r = next_code(L, c, strategy, &f, length, &a, &codesql, &nparams, err)) < 0)
+			goto done;
+		if (r == 0)
+			continue;
+		if (a.from_pool == 2)
+			params[10] = a.len_s;
+		else
+			params[10] = a.code;
+		r = insert_link(c, codesql, params, nparams, out, errstr, sizeof(errstr));
+		if (r < 0) {
+			db_fail(err, errstr);
+			goto done;
+		}
+		if (r == 1) {
+			const char *got = json_string_value(json_object_get(*out, "code"));
+
+			if (L->bloom != NULL)
+				bloom_add(L->bloom, got, strlen(got));
+			if (strategy == LINKS_ALIAS)
+				invalidate_code(c, got);
+			*created = 1;
+			rc = 0;
+			cache_link(L, *out);
+			goto done;
+		}
+		if (strategy == LINKS_ALIAS) {
+			fail(err, 409, "alias_taken", "alias", "alias \"%s\" is already in use", f.alias);
+			goto done;
+		}
+		if (a.from_pool == 1)
+			invalidate_code(c, a.code);
+		else if (a.from_pool == 2)
+			a.pg_pool_empty = 1; /* nothing unused in PostgreSQL: generate inline */
+	}
+	fail(err, 503, "code_space_busy", NULL, "could not find a free code after %d tries",
+	    CREATE_TRIES);
+done:
+	if (c != NULL)
+		pgpool_put(L->pg, c);
+	free(f.tags);
+	return rc;
+}
+
+/* ------------------------------------------------------ get / patch */
+
+static int
+fetch(struct links *L, PGconn *c, const char *code, json_t **out, struct links_err *err)
+{
+	char errstr[512];
+	const char *params[1] = { code };
+	PGresult *r = pgpool_exec(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.code = $1", 1,
+	    params, NULL, errstr, sizeof(errstr));
+
+	(void)L;
+	if (r == NULL)
+		return db_fail(err, errstr);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return fail(err, 404, "not_found", NULL, "no link with code \"%s\"", code);
+	}
+	*out = row_json(r, 0);
+	PQclear(r);
+	return 0;
+}
+
+int
+links_get(struct links *L, const char *code, json_t **out, struct links_err *err)
+{
+	char errstr[512];
+	PGconn *c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr));
+	int rc;
+
+	if (c == NULL)
+		return db_fail(err, errstr);
+	rc = fetch(L, c, code, out, err);
+	pgpool_put(L->pg, c);
+	return rc;
+}
+
+int
+links_patch(struct links *L, const char *code, json_t *req, long long key_id, json_t **out,
+            struct links_err *err)
+{
+	struct fields f;
+	char errstr[512], key_s[24], md5[33] = "";
+	const char *params[16];
+	PGconn *c = NULL;
+	PGresult *r;
+	int rc = -1;
+
+	*out = NULL;
+	if (parse_fields(L, req, 1, &f, err) < 0)
+		goto done;
+	if (f.has_url)
+		digest_md5_hex(f.url, strlen(f.url), md5);
+	snprintf(key_s, sizeof(key_s), "%lld", key_id);
+	params[0] = code;
+	params[1] = f.has_url ? "t" : "f";
+	params[2] = f.url;
+	params[3] = md5;
+	params[4] = f.has_expires ? "t" : "f";
+	params[5] = f.expires_at;
+	params[6] = f.has_valid ? "t" : "f";
+	params[7] = f.valid_since;
+	params[8] = f.has_max ? "t" : "f";
+	params[9] = f.max_visits[0] ? f.max_visits : NULL;
+	params[10] = f.has_redirect ? f.redirect_type : NULL;
+	params[11] = f.has_disabled ? (f.disabled ? "t" : "f") : NULL;
+	params[12] = f.has_tags ? "t" : "f";
+	params[13] = f.tags;
+	params[14] = key_s;
+	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL) {
+		db_fail(err, errstr);
+		goto done;
+	}
+	r = pgpool_exec(c,
+	    "WITH old AS (SELECT long_url_md5 FROM url_link WHERE code = $1 AND deleted = 0), "
+	    "l AS (UPDATE url_link SET "
+	    "long_url = CASE WHEN $2::bool THEN $3 ELSE long_url END, "
+	    "long_url_md5 = CASE WHEN $2::bool THEN $4 ELSE long_url_md5 END, "
+	    "expires_at = CASE WHEN $5::bool THEN $6::timestamptz ELSE expires_at END, "
+	    "valid_since = CASE WHEN $7::bool THEN $8::timestamptz ELSE valid_since END, "
+	    "max_visits = CASE WHEN $9::bool THEN $10::bigint ELSE max_visits END, "
+	    "redirect_type = coalesce($11::smallint, redirect_type), "
+	    "disabled = coalesce($12::bool, disabled), "
+	    "tags = CASE WHEN $13::bool THEN $14::text[] ELSE tags END, "
+	    "updater = nullif($15, '0')::bigint, update_time = now() "
+	    "WHERE code = $1 AND deleted = 0 RETURNING *) "
+	    "SELECT " LINK_COLS ", (SELECT long_url_md5 FROM old) FROM l",
+	    15, params, NULL, errstr, sizeof(errstr));
+	if (r == NULL) {
+		db_fail(err, errstr);
+		goto done;
+	}
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		fail(err, 404, "not_found", NULL, "no live link with code \"%s\"", code);
+		goto done;
+	}
+	*out = row_json(r, 0);
+	links_invalidate(L, code, PQgetvalue(r, 0, 16));
+	PQclear(r);
+	rc = 0;
+done:
+	if (c != NULL)
+		pgpool_put(L->pg, c);
+	free(f.tags);
+	return rc;
+}
+
+int
+links_delete(struct links *L, const char *code, long long key_id, struct links_err *err)
+{
+	char errstr[512], key_s[24];
+	const char *params[2] = { code, key_s };
+	PGconn *c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr));
+	PGresult *r;
+
+	if (c == NULL)
+		return db_fail(err, errstr);
+	snprintf(key_s, sizeof(key_s), "%lld", key_id);
+	r = pgpool_exec(c, "UPDATE url_link SET deleted = 1, update_time = now(), "
+	    "updater = nullif($2, '0')::bigint WHERE code = $1 AND deleted = 0 RETURNING long_url_md5",
+	    2, params, NULL, errstr, sizeof(errstr));
+	pgpool_put(L->pg, c);
+	if (r == NULL)
+		return db_fail(err, errstr);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return fail(err, 404, "not_found", NULL, "no live link with code \"%s\"", code);
+	}
+	links_invalidate(L, code, PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return 0;
+}
+
+int
+links_list(struct links *L, const char *tag, long long limit, const char *cursor, json_t **out,
+           struct links_err *err)
+{
+	char errstr[512], lim[24];
+	const char *params[3];
+	PGconn *c;
+	PGresult *r;
+	json_t *arr;
+	int n;
+
+	if (cursor != NULL && *cursor) {
+		for (const char *p = cursor; *p; p++)
+			if (!isdigit((unsigned char)*p) || p - cursor > 18)
+				return fail(err, 400, "invalid_field", "cursor",
+				    "cursor must be a next_cursor value from a previous page");
+	}
+	snprintf(lim, sizeof(lim), "%lld", limit + 1);
+	params[0] = tag && *tag ? tag : NULL;
+	params[1] = cursor && *cursor ? cursor : NULL;
+	params[2] = lim;
+	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL)
+		return db_fail(err, errstr);
+	r = pgpool_exec(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.deleted = 0 "
+	    "AND ($1::text IS NULL OR l.tags @> ARRAY[$1::text]) "
+	    "AND ($2::bigint IS NULL OR l.id < $2::bigint) ORDER BY l.id DESC LIMIT $3::int",
+	    3, params, NULL, errstr, sizeof(errstr));
+	pgpool_put(L->pg, c);
+	if (r == NULL)
+		return db_fail(err, errstr);
+	n = PQntuples(r);
+	arr = json_array();
+	for (int i = 0; i < n && i < limit; i++)
+		json_array_append_new(arr, row_json(r, i));
+	*out = json_pack("{s:o, s:o}", "links", arr, "next_cursor",
+	    n > limit ? json_string(PQgetvalue(r, (int)limit - 1, 0)) : json_null());
+	PQclear(r);
+	return 0;
+}
+
+int
+links_resolve(struct links *L, json_t *codes, json_t **out, struct links_err *err)
+{
+	size_t i, cap = 3;
+	json_t *v, *res;
+	char *arr, *w, errstr[512];
+	const char *params[1];
+	PGconn *c;
+	PGresult *r;
+
+	json_array_foreach(codes, i, v) {
+		const char *s = json_string_value(v);
+
+		if (s == NULL)
+			return fail(err, 400, "invalid_field", "codes", "codes[%zu] must be a string", i);
+		if (!codes_valid_alias(s))
+			continue; /* cannot exist: resolves to null */
+		cap += strlen(s) + 1;
+	}
+	if ((arr = malloc(cap)) == NULL)
+		return fail(err, 503, "internal", NULL, "out of memory");
+	w = arr;
+	*w++ = '{';
+	json_array_foreach(codes, i, v) {
+		const char *s = json_string_value(v);
+		size_t n = strlen(s);
+
+		if (!codes_valid_alias(s))
+			continue;
+		if (w > arr + 1)
+			*w++ = ',';
+		memcpy(w, s, n);
+		w += n;
+	}
+	*w++ = '}';
+	*w = '\0';
+	params[0] = arr;
+	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL) {
+		free(arr);
+		return db_fail(err, errstr);
+	}
+	r = pgpool_exec(c, "SELECT code, long_url FROM url_link WHERE code = ANY($1::text[]) "
+	    "AND deleted = 0", 1, params, NULL, errstr, sizeof(errstr));
+	pgpool_put(L->pg, c);
+	free(arr);
+	if (r == NULL)
+		return db_fail(err, errstr);
+	res = json_array();
+	json_array_foreach(codes, i, v) {
+		json_t *found = json_null();
+
+		for (int k = 0; k < PQntuples(r); k++)
+			if (strcmp(PQgetvalue(r, k, 0), json_string_value(v)) == 0) {
+				found = json_string(PQgetvalue(r, k, 1));
+				break;
+			}
+		json_array_append_new(res, found);
+	}
+	PQclear(r);
+	*out = res;
+	return 0;
+}

@@ -1,0 +1,74 @@
+/* links.h - short links: validation, creation with the three code strategies
+ * (random pool, hash, sequence) or a custom alias, dedupe, lookup, update,
+ * soft delete, listing and batch resolve. PostgreSQL is the truth; Redis
+ * caches link records and the MD5 -> code map. */
+#ifndef LP_LINKS_H
+#define LP_LINKS_H
+
+#include "bloom.h"
+#include "codes.h"
+#include "kv.h"
+#include "pgpool.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+enum links_strategy { LINKS_RANDOM = 0, LINKS_SEQUENCE = 1, LINKS_HASH = 2, LINKS_ALIAS = 3 };
+
+struct pool;
+
+struct links_conf {
+	const char *base_url;     /* e.g. "https://s.example" (no trailing slash) */
+	int default_length;       /* 1..8 */
+	enum links_strategy default_strategy;
+	const char *seq_secret;   /* key of the sequence permutation */
+	int cache_ttl_s;          /* Redis link-record TTL */
+};
+
+/* A failure to report to the API client. */
+struct links_err {
+	int status;               /* HTTP status: 400, 404, 409, 503, ... */
+	const char *code;         /* machine-readable, e.g. "invalid_url" */
+	const char *field;        /* offending field or NULL */
+	char msg[512];
+};
+
+struct links;
+
+/* Borrows pg, kv, bloom and pool (all must outlive it); copies conf's strings. */
+struct links *links_new(const struct links_conf *conf, struct pgpool *pg, struct kv *kv,
+                        struct bloom *bloom, struct pool *pool, char *errstr, size_t errstr_size);
+void links_free(struct links *L);
+
+/* Creates a link from a JSON request object (borrowed). On success *out is
+ * the link JSON (caller owns) and *created is 1 for a new link, 0 for an
+ * existing one returned by dedupe. Returns 0, or -1 with err filled. */
+int links_create(struct links *L, json_t *req, long long key_id, json_t **out, int *created,
+                 struct links_err *err);
+
+/* Link JSON for code (deleted links included, with "deleted": true). */
+int links_get(struct links *L, const char *code, json_t **out, struct links_err *err);
+
+/* Applies a PATCH object; returns the updated link JSON. */
+int links_patch(struct links *L, const char *code, json_t *req, long long key_id, json_t **out,
+                struct links_err *err);
+
+/* Soft delete: deleted = 1; the code is never handed out again. */
+int links_delete(struct links *L, const char *code, long long key_id, struct links_err *err);
+
+/* Keyset-paginated listing, newest first: {"links": [...], "next_cursor": ...}. */
+int links_list(struct links *L, const char *tag, long long limit, const char *cursor,
+               json_t **out, struct links_err *err);
+
+/* codes: JSON array of strings (borrowed). Returns an array of long URLs
+ * (null for unknown or deleted codes) in input order. */
+int links_resolve(struct links *L, json_t *codes, json_t **out, struct links_err *err);
+
+/* Validates a target URL: http/https, parses with a host, <= 4096 bytes, no
+ * control characters, not this service's own host. 0 or -1 with err. */
+int links_check_url(struct links *L, const char *url, const char *field, struct links_err *err);
+
+/* Drops the cached Redis records for code (after a change). */
+void links_invalidate(struct links *L, const char *code, const char *md5);
+
+#endif
