@@ -25,7 +25,7 @@ uint64_t codes_space(int length);
 
 /* Writes v in base62 with exactly width digits (1..11), left-padded with the
  * zero digit 'a', plus NUL, into the caller's out (width + 1 bytes).
- * Returns 0, or -1 (out "" ) when width is out of range or v >= 62^width. */
+ * Returns 0, or -1 (out "") when width is out of range or v >= 62^width. */
 int codes_base62_encode(uint64_t v, int width, char *out);
 
 /* Reads the NUL-terminated base62 string s (1..11 characters of the
