@@ -1,0 +1,592 @@
+/* ua.c - user-agent parser: loads uap-core's regexes.yaml with libyaml,
+ * compiles it with PCRE2 (JIT), and applies it as uap-core specifies, behind
+ * the literal pre-filter (ua_prefilter.c) and the result cache (ua_cache.c). */
+#define PCRE2_CODE_UNIT_WIDTH 8
+
+#include <errno.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "ua_int.h"
+
+enum { L_UA = 0, L_OS, L_DEV, L_COUNT };
+#define NSLOT 5 /* output fields per list */
+#define NGROUP 10 /* ovector pairs: whole match and $1..$9 */
+
+static const char *const list_name[L_COUNT] = {
+	"user_agent_parsers", "os_parsers", "device_parsers",
+};
+
+/* YAML keys of the replacement for each output slot. */
+static const char *const repl_key[L_COUNT][NSLOT] = {
+	{ "family_replacement", "v1_replacement", "v2_replacement", "v3_replacement",
+	  "v4_replacement" },
+	{ "os_replacement", "os_v1_replacement", "os_v2_replacement", "os_v3_replacement",
+	  "os_v4_replacement" },
+	{ "device_replacement", "brand_replacement", "model_replacement", NULL, NULL },
+};
+
+/* Capture group a slot falls back to without a replacement (0: none). */
+static const int default_group[L_COUNT][NSLOT] = {
+	{ 1, 2, 3, 4, 5 },
+	{ 1, 2, 3, 4, 5 },
+	{ 1, 0, 1, 0, 0 },
+};
+
+struct ua_rx {
+	pcre2_code *code;      /* owned */
+	int jit;               /* JIT-compiled */
+	uint32_t req;          /* pre-filter requirement */
+	char *repl[NSLOT];     /* owned, or NULL */
+	int line;              /* in regexes.yaml, 1-based */
+};
+
+struct ua_list {
+	struct ua_rx *v;       /* owned */
+	size_t n, cap;
+};
+
+struct ua_parser {
+	struct ua_list list[L_COUNT];
+	struct ua_pf *pf;      /* owned */
+	struct ua_typer typer;
+	struct ua_cache *cache; /* owned, NULL when disabled */
+	size_t nprefiltered;
+};
+
+/* ---- loading --------------------------------------------------------------- */
+
+static const char *
+scalar(yaml_document_t *doc, yaml_node_t *n)
+{
+	if (n == NULL || n->type != YAML_SCALAR_NODE)
+		return NULL;
+	(void)doc;
+	return (const char *)n->data.scalar.value;
+}
+
+static void
+rx_free(struct ua_rx *rx)
+{
+	pcre2_code_free(rx->code);
+	for (int i = 0; i < NSLOT; i++)
+		free(rx->repl[i]);
+}
+
+static int
+add_regex(struct ua_parser *p, int li, const char *path, yaml_document_t *doc,
+          yaml_node_t *item, char *errstr, size_t errstr_size)
+{
+	struct ua_list *l = &p->list[li];
+	struct ua_rx rx;
+	const char *pat = NULL, *flag = NULL;
+	int line = (int)item->start_mark.line + 1, errcode, perr;
+	PCRE2_SIZE erroff;
+	uint32_t opts = 0;
+
+	memset(&rx, 0, sizeof(rx));
+	rx.line = line;
+	if (item->type != YAML_MAPPING_NODE) {
+		snprintf(errstr, errstr_size, "%s:%d: %s entry is not a mapping", path, line,
+		    list_name[li]);
+		return -1;
+	}
+	for (yaml_node_pair_t *pr = item->data.mapping.pairs.start;
+	    pr < item->data.mapping.pairs.top; pr++) {
+		const char *k = scalar(doc, yaml_document_get_node(doc, pr->key));
+		yaml_node_t *vn = yaml_document_get_node(doc, pr->value);
+		const char *v = scalar(doc, vn);
+		int known = 0;
+
+		if (k == NULL || v == NULL) {
+			snprintf(errstr, errstr_size, "%s:%d: expected \"key: text\" pairs", path,
+			    vn ? (int)vn->start_mark.line + 1 : line);
+			goto fail;
+		}
+		if (strcmp(k, "regex") == 0) {
+			pat = v;
+			known = 1;
+		} else if (strcmp(k, "regex_flag") == 0) {
+			flag = v;
+			known = 1;
+		}
+		for (int s = 0; s < NSLOT && !known; s++) {
+			if (repl_key[li][s] == NULL || strcmp(k, repl_key[li][s]) != 0)
+				continue;
+			known = 1;
+			/* an empty replacement counts as none, as in the reference parsers */
+			if (*v != '\0' && rx.repl[s] == NULL && (rx.repl[s] = strdup(v)) == NULL) {
+				snprintf(errstr, errstr_size, "%s: %s", path, strerror(ENOMEM));
+				goto fail;
+			}
+		}
+		/* unknown keys are ignored: newer files may add some */
+	}
+	if (pat == NULL) {
+		snprintf(errstr, errstr_size, "%s:%d: %s entry without regex", path, line,
+		    list_name[li]);
+		goto fail;
+	}
+	if (flag != NULL) {
+		if (strcmp(flag, "i") != 0) {
+			snprintf(errstr, errstr_size, "%s:%d: unknown regex_flag '%s'", path, line,
+			    flag);
+			goto fail;
+		}
+		opts |= PCRE2_CASELESS;
+	}
+	rx.code = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &errcode, &erroff,
+	    NULL);
+	if (rx.code == NULL) {
+		PCRE2_UCHAR msg[256];
+
+		pcre2_get_error_message(errcode, msg, sizeof(msg));
+		snprintf(errstr, errstr_size, "%s:%d: regex error at offset %zu: %s", path, line,
+		    (size_t)erroff, (char *)msg);
+		goto fail;
+	}
+	rx.jit = pcre2_jit_compile(rx.code, PCRE2_JIT_COMPLETE) == 0;
+	rx.req = ua_pf_analyse(p->pf, pat, strlen(pat), &perr);
+	if (perr < 0) {
+		snprintf(errstr, errstr_size, "%s: %s", path, strerror(ENOMEM));
+		goto fail;
+	}
+	if (rx.req != UA_PF_NONE)
+		p->nprefiltered++;
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? l->cap * 2 : 256;
+		struct ua_rx *nv = realloc(l->v, nc * sizeof(*nv));
+
+		if (nv == NULL) {
+			snprintf(errstr, errstr_size, "%s: %s", path, strerror(ENOMEM));
+			goto fail;
+		}
+		l->v = nv;
+		l->cap = nc;
+	}
+	l->v[l->n++] = rx;
+	return 0;
+fail:
+	rx_free(&rx);
+	return -1;
+}
+
+static int
+load(struct ua_parser *p, const char *path, char *errstr, size_t errstr_size)
+{
+	FILE *f;
+	yaml_parser_t yp;
+	yaml_document_t doc;
+	yaml_node_t *root;
+	int rc = -1, seen = 0;
+
+	if ((f = fopen(path, "rb")) == NULL) {
+		snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (!yaml_parser_initialize(&yp)) {
+		fclose(f);
+		snprintf(errstr, errstr_size, "%s: cannot initialise libyaml", path);
+		return -1;
+	}
+	yaml_parser_set_input_file(&yp, f);
+	if (!yaml_parser_load(&yp, &doc)) {
+		snprintf(errstr, errstr_size, "%s:%zu: %s", path, yp.problem_mark.line + 1,
+		    yp.problem ? yp.problem : "YAML error");
+		yaml_parser_delete(&yp);
+		fclose(f);
+		return -1;
+	}
+	root = yaml_document_get_root_node(&doc);
+	if (root == NULL || root->type != YAML_MAPPING_NODE) {
+		snprintf(errstr, errstr_size, "%s: expected a mapping at the top", path);
+		goto out;
+	}
+	for (yaml_node_pair_t *pr = root->data.mapping.pairs.start;
+	    pr < root->data.mapping.pairs.top; pr++) {
+		const char *k = scalar(&doc, yaml_document_get_node(&doc, pr->key));
+		yaml_node_t *seq = yaml_document_get_node(&doc, pr->value);
+		int li;
+
+		if (k == NULL)
+			continue;
+		for (li = 0; li < L_COUNT; li++)
+			if (strcmp(k, list_name[li]) == 0)
+				break;
+		if (li == L_COUNT)
+			continue;
+		if (seq == NULL || seq->type != YAML_SEQUENCE_NODE) {
+			snprintf(errstr, errstr_size, "%s:%zu: %s is not a list", path,
+			    seq ? seq->start_mark.line + 1 : 0, k);
+			goto out;
+		}
+		seen++;
+		for (yaml_node_item_t *it = seq->data.sequence.items.start;
+		    it < seq->data.sequence.items.top; it++)
+			if (add_regex(p, li, path, &doc, yaml_document_get_node(&doc, *it), errstr,
+			    errstr_size) < 0)
+				goto out;
+	}
+	if (seen == 0) {
+		snprintf(errstr, errstr_size, "%s: no user_agent_parsers, os_parsers or "
+		    "device_parsers", path);
+		goto out;
+	}
+	rc = 0;
+out:
+	yaml_document_delete(&doc);
+	yaml_parser_delete(&yp);
+	fclose(f);
+	return rc;
+}
+
+struct ua_parser *
+ua_parser_new(const char *regexes_path, size_t cache_entries, char *errstr, size_t errstr_size)
+{
+	struct ua_parser *p;
+
+	if (regexes_path == NULL)
+		regexes_path = UA_DEFAULT_REGEXES;
+	if ((p = calloc(1, sizeof(*p))) == NULL || (p->pf = ua_pf_new()) == NULL) {
+		snprintf(errstr, errstr_size, "ua: %s", strerror(ENOMEM));
+		free(p);
+		return NULL;
+	}
+	if (load(p, regexes_path, errstr, errstr_size) < 0)
+		goto fail;
+	if (ua_type_init(&p->typer, p->pf) < 0) {
+		snprintf(errstr, errstr_size, "ua: %s", strerror(ENOMEM));
+		goto fail;
+	}
+	if (ua_pf_build(p->pf, errstr, errstr_size) < 0)
+		goto fail;
+	if (cache_entries > 0 && (p->cache = ua_cache_new(cache_entries)) == NULL) {
+		snprintf(errstr, errstr_size, "ua: cache of %zu entries: %s", cache_entries,
+		    strerror(ENOMEM));
+		goto fail;
+	}
+	return p;
+fail:
+	ua_parser_free(p);
+	return NULL;
+}
+
+void
+ua_parser_free(struct ua_parser *p)
+{
+	if (p == NULL)
+		return;
+	for (int li = 0; li < L_COUNT; li++) {
+		for (size_t i = 0; i < p->list[li].n; i++)
+			rx_free(&p->list[li].v[i]);
+		free(p->list[li].v);
+	}
+	ua_pf_free(p->pf);
+	ua_cache_free(p->cache);
+	free(p);
+}
+
+/* ---- matching ---------------------------------------------------------------- */
+
+static int
+is_space(unsigned char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* Output buffer that drops leading white space and stops at its size. */
+struct out {
+	char *d;
+	size_t size, n;
+	int cut;
+};
+
+static void
+out_put(struct out *o, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (o->n == 0 && is_space((unsigned char)s[i]))
+			continue;
+		if (o->n + 1 >= o->size) {
+			o->cut = 1;
+			return;
+		}
+		o->d[o->n++] = s[i];
+	}
+}
+
+/* Ends the field: trailing white space off, a cut character off, NUL. */
+static void
+out_end(struct out *o)
+{
+	if (o->cut && o->n > 0) {
+		size_t i = o->n - 1, need;
+		unsigned char lead;
+
+		while (i > 0 && ((unsigned char)o->d[i] & 0xc0) == 0x80)
+			i--;
+		lead = (unsigned char)o->d[i];
+		need = lead < 0x80 ? 1 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+		if (i + need > o->n)
+			o->n = i;
+	}
+	while (o->n > 0 && is_space((unsigned char)o->d[o->n - 1]))
+		o->n--;
+	o->d[o->n] = '\0';
+}
+
+static void
+put_group(struct out *o, const char *s, const PCRE2_SIZE *ov, uint32_t ngroups, int g)
+{
+	if ((uint32_t)g < ngroups && ov[2 * g] != PCRE2_UNSET)
+		out_put(o, s + ov[2 * g], ov[2 * g + 1] - ov[2 * g]);
+}
+
+/* Fills one field from a match: the replacement with $1..$9 expanded, or
+ * the default group. */
+static void
+fill(char *dst, size_t size, const char *repl, int defgroup, const char *s,
+     const PCRE2_SIZE *ov, uint32_t ngroups)
+{
+	struct out o = { dst, size, 0, 0 };
+
+	if (repl != NULL) {
+		for (const char *q = repl; *q != '\0'; q++) {
+			if (q[0] == '$' && q[1] >= '1' && q[1] <= '9') {
+				put_group(&o, s, ov, ngroups, q[1] - '0');
+				q++;
+			} else {
+				out_put(&o, q, 1);
+			}
+		}
+	} else if (defgroup > 0) {
+		put_group(&o, s, ov, ngroups, defgroup);
+	}
+	out_end(&o);
+}
+
+static int
+run(const struct ua_rx *rx, const char *s, size_t n, pcre2_match_data *md)
+{
+	int rc;
+
+	if (rx->jit) {
+		rc = pcre2_jit_match(rx->code, (PCRE2_SPTR)s, n, 0, 0, md, NULL);
+		if (rc != PCRE2_ERROR_JIT_STACKLIMIT)
+			return rc;
+	}
+	return pcre2_match(rx->code, (PCRE2_SPTR)s, n, 0, PCRE2_NO_JIT, md, NULL);
+}
+
+/* Searches list li; fills the slots (dst[i] of size[i]); 1 when a regex
+ * matched, 0 for none (slots untouched). */
+static int
+search(const struct ua_parser *p, int li, const char *s, size_t n, const uint64_t *bits,
+       pcre2_match_data *md, char **dst, const size_t *size, int nslot, int no_prefilter)
+{
+	const struct ua_list *l = &p->list[li];
+
+	for (size_t i = 0; i < l->n; i++) {
+		const struct ua_rx *rx = &l->v[i];
+		const PCRE2_SIZE *ov;
+		uint32_t ng;
+		int rc;
+
+		if (!no_prefilter && !ua_pf_pass(p->pf, rx->req, bits))
+			continue;
+		rc = run(rx, s, n, md);
+		if (rc < 0)
+			continue; /* no match, or a match limit: try the next */
+		ov = pcre2_get_ovector_pointer(md);
+		ng = rc == 0 ? NGROUP : (uint32_t)rc;
+		fill(dst[0], size[0], rx->repl[0], default_group[li][0], s, ov, ng);
+		if (dst[0][0] == '\0')
+			continue; /* no family: not a match */
+		for (int k = 1; k < nslot; k++)
+			fill(dst[k], size[k], rx->repl[k], default_group[li][k], s, ov, ng);
+		return 1;
+	}
+	return 0;
+}
+
+static void
+other(char **dst, int nslot)
+{
+	strcpy(dst[0], "Other");
+	for (int k = 1; k < nslot; k++)
+		dst[k][0] = '\0';
+}
+
+/* Copies at most UA_MAX_INPUT bytes of ua into lower, ASCII-lowercased;
+ * returns the length used. */
+static size_t
+lowercase(const char *ua, size_t len, unsigned char *lower)
+{
+	lower[0] = '\0'; /* lower is never read past len; this quiets -Wmaybe-uninitialized */
+	if (ua == NULL)
+		return 0;
+	if (len > UA_MAX_INPUT)
+		len = UA_MAX_INPUT;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)ua[i];
+
+		lower[i] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
+	}
+	return len;
+}
+
+/* The whole parse; no_prefilter runs every regex (for checks). */
+static int
+parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *r,
+           int no_prefilter)
+{
+	unsigned char lower[UA_MAX_INPUT];
+	uint64_t bits[UA_PF_WORDS];
+	pcre2_match_data *md;
+	char *d[NSLOT];
+	size_t sz[NSLOT];
+
+	len = lowercase(ua, len, lower);
+	ua_pf_scan(p->pf, lower, len, bits);
+	md = pcre2_match_data_create(NGROUP, NULL);
+	if (md == NULL)
+		return -1;
+	if (ua == NULL)
+		ua = "";
+
+	d[0] = r->browser.family;      sz[0] = sizeof(r->browser.family);
+	d[1] = r->browser.major;       sz[1] = sizeof(r->browser.major);
+	d[2] = r->browser.minor;       sz[2] = sizeof(r->browser.minor);
+	d[3] = r->browser.patch;       sz[3] = sizeof(r->browser.patch);
+	d[4] = r->browser.patch_minor; sz[4] = sizeof(r->browser.patch_minor);
+	if (!search(p, L_UA, ua, len, bits, md, d, sz, NSLOT, no_prefilter))
+		other(d, NSLOT);
+
+	d[0] = r->os.family;      sz[0] = sizeof(r->os.family);
+	d[1] = r->os.major;       sz[1] = sizeof(r->os.major);
+	d[2] = r->os.minor;       sz[2] = sizeof(r->os.minor);
+	d[3] = r->os.patch;       sz[3] = sizeof(r->os.patch);
+	d[4] = r->os.patch_minor; sz[4] = sizeof(r->os.patch_minor);
+	if (!search(p, L_OS, ua, len, bits, md, d, sz, NSLOT, no_prefilter))
+		other(d, NSLOT);
+
+	d[0] = r->device.family; sz[0] = sizeof(r->device.family);
+	d[1] = r->device.brand;  sz[1] = sizeof(r->device.brand);
+	d[2] = r->device.model;  sz[2] = sizeof(r->device.model);
+	if (!search(p, L_DEV, ua, len, bits, md, d, sz, 3, no_prefilter))
+		other(d, 3);
+
+	pcre2_match_data_free(md);
+	ua_type_classify(&p->typer, bits, lower, len, r);
+	return 0;
+}
+
+int
+ua_parse_nocache(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
+{
+	if (p == NULL || out == NULL)
+		return -1;
+	if (parse_full(p, ua, len, out, 0) < 0) {
+		/* out of memory for match data: report "Other" rather than fail */
+		memset(out, 0, sizeof(*out));
+		strcpy(out->browser.family, "Other");
+		strcpy(out->os.family, "Other");
+		strcpy(out->device.family, "Other");
+		out->type = UA_TYPE_OTHER;
+		out->device_type = ua_device_type_name(UA_TYPE_OTHER);
+	}
+	return 0;
+}
+
+int
+ua_parse(struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
+{
+	uint64_t h;
+
+	if (p == NULL || out == NULL)
+		return -1;
+	if (ua == NULL)
+		len = 0;
+	if (p->cache == NULL || len > UA_CACHE_MAX_KEY)
+		return ua_parse_nocache(p, ua, len, out);
+	h = ua_cache_hash(p->cache, ua ? ua : "", len);
+	if (ua_cache_get(p->cache, h, ua ? ua : "", len, out))
+		return 0;
+	ua_parse_nocache(p, ua, len, out);
+	ua_cache_put(p->cache, h, ua ? ua : "", len, out);
+	return 0;
+}
+
+void
+ua_parser_stats(struct ua_parser *p, struct ua_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (p == NULL)
+		return;
+	if (p->cache != NULL)
+		ua_cache_stats(p->cache, st);
+	for (int li = 0; li < L_COUNT; li++)
+		st->regexes += p->list[li].n;
+	st->prefiltered = p->nprefiltered;
+}
+
+/* ---- checks for tests and the fuzzer (declared in ua_int.h) ------------------ */
+
+int
+ua_parse_unfiltered(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
+{
+	if (p == NULL || out == NULL)
+		return -1;
+	return parse_full(p, ua, len, out, 1);
+}
+
+int
+ua_prefilter_check(const struct ua_parser *p, const char *ua, size_t len, char *msg,
+                   size_t msg_size)
+{
+	unsigned char lower[UA_MAX_INPUT];
+	uint64_t bits[UA_PF_WORDS];
+	pcre2_match_data *md;
+	int bad = 0;
+
+	if (msg_size)
+		msg[0] = '\0';
+	len = lowercase(ua, len, lower);
+	ua_pf_scan(p->pf, lower, len, bits);
+	if ((md = pcre2_match_data_create(NGROUP, NULL)) == NULL)
+		return -1;
+	for (int li = 0; li < L_COUNT; li++)
+		for (size_t i = 0; i < p->list[li].n; i++) {
+			const struct ua_rx *rx = &p->list[li].v[i];
+
+			if (ua_pf_pass(p->pf, rx->req, bits))
+				continue;
+			if (run(rx, ua ? ua : "", len, md) >= 0) {
+				if (bad++ == 0 && msg_size) {
+					char req[512];
+
+					ua_pf_describe(p->pf, rx->req, req, sizeof(req));
+					snprintf(msg, msg_size, "%s regex at line %d matches but its "
+					    "requirement %s fails", list_name[li], rx->line, req);
+				}
+			}
+		}
+	pcre2_match_data_free(md);
+	return bad;
+}
+
+void
+ua_parser_dump(const struct ua_parser *p, FILE *f)
+{
+	char buf[4096];
+
+	for (int li = 0; li < L_COUNT; li++)
+		for (size_t i = 0; i < p->list[li].n; i++) {
+			ua_pf_describe(p->pf, p->list[li].v[i].req, buf, sizeof(buf));
+			fprintf(f, "%s:%d jit=%d %s\n", list_name[li], p->list[li].v[i].line,
+			    p->list[li].v[i].jit, buf);
+		}
+}
