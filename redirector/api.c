@@ -12,7 +12,8 @@
 static enum MHD_Result
 links_error(struct http_req *req, const struct links_err *err)
 {
-	return http_error(req, (unsigned)err->status, err->code, err->field, "%s", err->msg);
+	return http_error(req, (unsigned)err->status, err->code,
+	    err->field[0] ? err->field : NULL, "%s", err->msg);
 }
 
 static json_t *
@@ -20,7 +21,7 @@ err_json(const struct links_err *err)
 {
 	json_t *e = json_pack("{s:s, s:s}", "code", err->code, "message", err->msg);
 
-	if (err->field != NULL)
+	if (err->field[0])
 		json_object_set_new(e, "field", json_string(err->field));
 	return e;
 }

@@ -54,7 +54,7 @@ fail(struct links_err *err, int status, const char *code, const char *field, con
 
 	err->status = status;
 	err->code = code;
-	err->field = field;
+	snprintf(err->field, sizeof(err->field), "%s", field ? field : "");
 	va_start(ap, fmt);
 	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
 	va_end(ap);

@@ -29,7 +29,7 @@ struct links_conf {
 struct links_err {
 	int status;               /* HTTP status: 400, 404, 409, 503, ... */
 	const char *code;         /* machine-readable, e.g. "invalid_url" */
-	const char *field;        /* offending field or NULL */
+	char field[72];           /* offending field, "" when none */
 	char msg[512];
 };
 

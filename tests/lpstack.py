@@ -364,6 +364,8 @@ Press Ctrl-C to stop everything (data stays in {var}).""", flush=True)
         print("\nstopping ...", flush=True)
         return 0
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for p in reversed(procs):
             p.stop()
         pg.stop()
@@ -378,7 +380,9 @@ def main():
     r.add_argument("--var", default=os.path.join(ROOT, "var"))
     r.add_argument("--port", type=int, default=8080)
     a = ap.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    def on_term(*_):
+        raise KeyboardInterrupt()
+    signal.signal(signal.SIGTERM, on_term)
     return run_stack(os.path.abspath(a.bin), os.path.abspath(a.var), a.port)
 
 

@@ -1,0 +1,294 @@
+"""Links API against a real redirector, PostgreSQL and Redis: every endpoint,
+the three code strategies, validation rules, and creation with Redis down."""
+import concurrent.futures
+import json
+import os
+import subprocess
+
+import pytest
+import requests
+
+import lpstack
+
+
+class Api:
+    def __init__(self, base, key, pg, proc, redis):
+        self.base, self.key, self.pg, self.proc, self.redis = base, key, pg, proc, redis
+        self.s = requests.Session()
+
+    def req(self, method, path, body=None, key=None, raw=None):
+        h = {"Authorization": f"Bearer {key or self.key}"}
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        return self.s.request(method, self.base + path, data=data, headers=h, timeout=30,
+                              allow_redirects=False)
+
+    def create(self, **body):
+        return self.req("POST", "/api/v1/links", body)
+
+
+def start_redirector(procs, pg, redis, extra=None):
+    port = lpstack.free_port()
+    base = f"http://127.0.0.1:{port}"
+    settings = {"pg_dsn": pg.dsn, "redis_url": redis.url if redis else "",
+                "listen_port": port, "base_url": "http://s.test", "pool_low_water": 500,
+                "pool_batch": 1000, "bloom_expected": 100000, "log_level": "warn"}
+    settings.update(extra or {})
+    p = procs.start("redirector", settings)
+    lpstack.wait_port(port, proc=p.proc, what="redirector")
+    r = subprocess.run([os.path.join(lpstack.BIN, "redirector"), "-o", f"pg_dsn={pg.dsn}",
+                        "apikey", "create", "test"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return Api(base, r.stdout.split()[-1], pg, p, redis)
+
+
+@pytest.fixture
+def api(procs, pg, redis):
+    return start_redirector(procs, pg, redis)
+
+
+def test_create_get_redirect(api):
+    r = api.create(url="https://example.com/a?b=1", tags=["spring", "sms"])
+    assert r.status_code == 201, r.text
+    link = r.json()
+    assert link["short_url"] == "http://s.test/" + link["code"]
+    assert len(link["code"]) == 6 and link["strategy"] == "random"
+    assert link["tags"] == ["spring", "sms"] and link["hits"] == 0
+    g = api.req("GET", "/api/v1/links/" + link["code"])
+    assert g.status_code == 200 and g.json()["long_url"] == "https://example.com/a?b=1"
+    rr = api.req("GET", "/" + link["code"])
+    assert (rr.status_code, rr.headers["Location"]) == (302, "https://example.com/a?b=1")
+    rq = api.req("GET", "/?" + link["code"])
+    assert (rq.status_code, rq.headers["Location"]) == (302, "https://example.com/a?b=1")
+    row = api.pg.psql(f"SELECT long_url, long_url_md5 = md5(long_url), deleted FROM url_link "
+                      f"WHERE code = '{link['code']}'")
+    assert row == "https://example.com/a?b=1|t|0"
+    assert api.pg.psql(f"SELECT status FROM unique_code WHERE code = '{link['code']}'") == "1"
+
+
+def test_dedupe_returns_existing(api):
+    a = api.create(url="https://example.com/same")
+    b = api.create(url="https://example.com/same")
+    assert (a.status_code, b.status_code) == (201, 200)
+    assert a.json()["code"] == b.json()["code"]
+    c = api.create(url="https://example.com/same", dedupe=False)
+    assert c.status_code == 201 and c.json()["code"] != a.json()["code"]
+    d = api.create(url="https://example.com/same", redirect_type=301)
+    assert d.status_code == 201 and d.json()["redirect_type"] == 301
+    assert api.pg.psql("SELECT count(*) FROM url_link") == "3"
+
+
+def test_alias_and_conflicts(api):
+    r = api.create(url="https://example.com/x", alias="Spring_Sale-2026")
+    assert r.status_code == 201 and r.json()["code"] == "Spring_Sale-2026"
+    assert r.json()["strategy"] == "alias"
+    r2 = api.create(url="https://example.com/y", alias="Spring_Sale-2026")
+    assert r2.status_code == 409 and r2.json()["error"]["field"] == "alias"
+    for bad in ["api", "HEALTHZ", "metrics"]:
+        r3 = api.create(url="https://example.com/z", alias=bad)
+        assert r3.status_code == 400 and r3.json()["error"]["code"] == "reserved_alias"
+    r4 = api.create(url="https://example.com/z", alias="has space")
+    assert r4.status_code == 400 and r4.json()["error"]["field"] == "alias"
+    r5 = api.create(url="https://example.com/z", alias="x" * 65)
+    assert r5.status_code == 400
+    assert api.pg.psql("SELECT count(*) FROM url_link") == "1"
+
+
+@pytest.mark.parametrize("url,field,code", [
+    ("ftp://example.com/", "url", "invalid_url"),
+    ("javascript:alert(1)", "url", "invalid_url"),
+    ("https://", "url", "invalid_url"),
+    ("not a url", "url", "invalid_url"),
+    ("https://example.com/\r\nSet-Cookie: x", "url", "invalid_url"),
+    ("https://example.com/\x01", "url", "invalid_url"),
+    ("https://example.com/" + "a" * 4100, "url", "invalid_url"),
+    ("http://s.test/abc", "url", "redirect_loop"),
+    ("http://S.TEST:80/abc", "url", "redirect_loop"),
+])
+def test_bad_urls_rejected(api, url, field, code):
+    r = api.create(url=url)
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["field"], r.json()["error"]["code"]) == (field, code)
+    assert api.pg.psql("SELECT count(*) FROM url_link") == "0"
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"url": 5}, "url"),
+    ({}, "url"),
+    ({"url": "https://e.com", "colour": "red"}, "colour"),
+    ({"url": "https://e.com", "length": 9}, "length"),
+    ({"url": "https://e.com", "length": "6"}, "length"),
+    ({"url": "https://e.com", "redirect_type": 303}, "redirect_type"),
+    ({"url": "https://e.com", "expires_at": "tomorrow"}, "expires_at"),
+    ({"url": "https://e.com", "max_visits": 0}, "max_visits"),
+    ({"url": "https://e.com", "tags": "a"}, "tags"),
+    ({"url": "https://e.com", "strategy": "magic"}, "strategy"),
+    ({"url": "https://e.com", "dedupe": "yes"}, "dedupe"),
+])
+def test_bad_fields_named(api, body, field):
+    r = api.create(**body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["field"] == field
+    assert api.pg.psql("SELECT count(*) FROM url_link") == "0"
+
+
+def test_bad_json_auth_and_size(api):
+    r = api.req("POST", "/api/v1/links", raw="{not json")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = api.req("POST", "/api/v1/links", raw='{"url": "https://a.com", "url": "https://b.com"}')
+    assert r.status_code == 400
+    r = api.req("POST", "/api/v1/links", {"url": "https://a.com"}, key="lp_wrong")
+    assert r.status_code == 401 and "error" in r.json()
+    r = requests.post(api.base + "/api/v1/links", data="{}", timeout=10)
+    assert r.status_code == 401
+    big = json.dumps({"url": "https://a.com/" + "x" * (9 * 1024 * 1024)})
+    r = api.req("POST", "/api/v1/links", raw=big)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+    assert api.pg.psql("SELECT count(*) FROM url_link") == "0"
+
+
+def test_revoked_key_rejected(api):
+    assert api.create(url="https://example.com/k").status_code == 201
+    r = subprocess.run([os.path.join(lpstack.BIN, "redirector"), "-o", f"pg_dsn={api.pg.dsn}",
+                        "apikey", "revoke", api.key], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # A fresh key check (another process) must refuse at once.
+    r = subprocess.run([os.path.join(lpstack.BIN, "redirector"), "-o", f"pg_dsn={api.pg.dsn}",
+                        "apikey", "check", api.key], capture_output=True, text=True)
+    assert r.returncode == 1
+
+
+def test_patch_and_delete(api):
+    code = api.create(url="https://example.com/p").json()["code"]
+    r = api.req("PATCH", f"/api/v1/links/{code}",
+                {"url": "https://example.com/q", "redirect_type": 308, "tags": ["t1"]})
+    assert r.status_code == 200, r.text
+    assert (r.json()["long_url"], r.json()["redirect_type"], r.json()["tags"]) == \
+        ("https://example.com/q", 308, ["t1"])
+    rr = api.req("GET", "/" + code)
+    assert (rr.status_code, rr.headers["Location"]) == (308, "https://example.com/q")
+    assert api.req("PATCH", f"/api/v1/links/{code}", {"disabled": True}).status_code == 200
+    assert api.req("GET", "/" + code).status_code == 410
+    assert api.req("PATCH", f"/api/v1/links/{code}", {"code": "x"}).status_code == 400
+    assert api.req("DELETE", f"/api/v1/links/{code}").status_code == 200
+    assert api.req("GET", "/" + code).status_code == 410
+    assert api.req("GET", f"/api/v1/links/{code}").json()["deleted"] is True
+    assert api.req("DELETE", f"/api/v1/links/{code}").status_code == 404
+    assert api.req("PATCH", f"/api/v1/links/nope", {"disabled": True}).status_code == 404
+    assert api.pg.psql(f"SELECT deleted FROM url_link WHERE code = '{code}'") == "1"
+
+
+def test_link_states(api):
+    past, future = "2020-01-01T00:00:00Z", "2099-01-01T00:00:00+08:00"
+    exp = api.create(url="https://example.com/e", expires_at=past).json()["code"]
+    notyet = api.create(url="https://example.com/n", valid_since=future).json()["code"]
+    ok = api.create(url="https://example.com/o", expires_at=future, redirect_type=307).json()
+    assert api.req("GET", "/" + exp).status_code == 410
+    assert api.req("GET", "/" + notyet).status_code == 404
+    assert api.req("GET", "/" + ok["code"]).status_code == 307
+    assert api.req("HEAD", "/" + ok["code"]).status_code == 307
+    assert api.req("GET", "/doesNotExist").status_code == 404
+
+
+def test_bulk_in_order_with_errors(api):
+    items = [{"url": f"https://example.com/b{i}"} for i in range(20)]
+    items[3] = {"url": "ftp://bad"}
+    items[7] = {"url": "https://example.com/c", "alias": "bulk-alias"}
+    items[8] = {"url": "https://example.com/d", "alias": "bulk-alias"}
+    r = api.req("POST", "/api/v1/links/bulk", {"links": items})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert len(res) == 20
+    assert res[3]["status"] == 400 and res[3]["error"]["index"] == 3
+    assert res[7]["status"] == 201 and res[7]["link"]["code"] == "bulk-alias"
+    assert res[8]["status"] == 409
+    for i in set(range(20)) - {3, 7, 8}:
+        assert res[i]["status"] == 201 and res[i]["link"]["long_url"] == items[i]["url"]
+    assert api.pg.psql("SELECT count(*) FROM url_link") == "18"
+    r = api.req("POST", "/api/v1/links/bulk", {"links": [{"url": "https://a.com"}] * 1001})
+    assert r.status_code == 413
+
+
+def test_resolve(api):
+    a = api.create(url="https://example.com/r1").json()["code"]
+    b = api.create(url="https://example.com/r2").json()["code"]
+    api.req("DELETE", f"/api/v1/links/{b}")
+    r = api.req("POST", "/api/v1/links/resolve", {"codes": [b, "zzzzzz", a, "bad code!", a]})
+    assert r.status_code == 200
+    assert r.json()["urls"] == [None, None, "https://example.com/r1", None,
+                                "https://example.com/r1"]
+
+
+def test_list_keyset_pagination(api):
+    for i in range(7):
+        api.create(url=f"https://example.com/l{i}", tags=["even" if i % 2 == 0 else "odd"])
+    seen, cursor = [], None
+    while True:
+        q = "/api/v1/links?limit=3" + (f"&cursor={cursor}" if cursor else "")
+        page = api.req("GET", q).json()
+        seen += [l["long_url"] for l in page["links"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [f"https://example.com/l{i}" for i in range(6, -1, -1)]
+    even = api.req("GET", "/api/v1/links?tag=even").json()["links"]
+    assert len(even) == 4
+    assert api.req("GET", "/api/v1/links?limit=0").status_code == 400
+
+
+def test_hash_strategy_collisions(api):
+    """length 1 has 62 codes: candidates collide quickly, salted retries go on."""
+    codes = set()
+    for i in range(40):
+        r = api.create(url=f"https://example.com/h{i}", strategy="hash", length=1)
+        assert r.status_code == 201, r.text
+        codes.add(r.json()["code"])
+    assert len(codes) == 40
+    r = api.create(url="https://example.com/hashed", strategy="hash", length=8)
+    assert r.status_code == 201 and len(r.json()["code"]) == 8
+    assert api.pg.psql("SELECT count(*) FROM unique_code WHERE type = 2") == "41"
+
+
+def test_sequence_strategy(api):
+    codes = [api.create(url=f"https://example.com/s{i}", strategy="sequence").json()["code"]
+             for i in range(30)]
+    assert len(set(codes)) == 30 and all(len(c) == 6 for c in codes)
+    # consecutive codes share few positions
+    same = sum(x == y for a, b in zip(codes, codes[1:]) for x, y in zip(a, b))
+    assert same < 29 * 6 / 4
+
+
+def test_pool_concurrent_no_duplicates(api):
+    """Many connections creating at once while the pool refills."""
+    def work(w):
+        s = requests.Session()
+        out = []
+        for i in range(60):
+            r = s.post(api.base + "/api/v1/links",
+                       json={"url": f"https://example.com/c{w}/{i}"},
+                       headers={"Authorization": f"Bearer {api.key}"}, timeout=30)
+            assert r.status_code == 201, r.text
+            out.append(r.json()["code"])
+        return out
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        codes = [c for chunk in ex.map(work, range(16)) for c in chunk]
+    assert len(codes) == 960 and len(set(codes)) == 960
+    assert api.pg.psql("SELECT count(*), count(DISTINCT code) FROM url_link") == "960|960"
+    assert api.pg.psql("SELECT count(*) FROM unique_code WHERE status = 1") == "960"
+
+
+def test_create_with_redis_stopped(api):
+    assert api.create(url="https://example.com/before").status_code == 201
+    api.redis.stop()
+    codes = []
+    for i in range(20):
+        r = api.create(url=f"https://example.com/noredis{i}")
+        assert r.status_code == 201, r.text
+        codes.append(r.json()["code"])
+    assert len(set(codes)) == 20
+    rr = api.req("GET", "/" + codes[0])
+    assert rr.status_code == 302
+
+
+def test_health(api):
+    assert requests.get(api.base + "/healthz", timeout=5).json()["status"] == "ok"
+    assert requests.get(api.base + "/readyz", timeout=5).status_code == 200
