@@ -134,3 +134,25 @@ def test_devbroker_down_and_up(broker):
     broker.brokers_up()
     errs = _produce(broker.bootstrap, 5, timeout=10.0)
     assert errs == [None] * 5
+
+
+@pytest.mark.parametrize("name", ["visit_event.schema.json", "report.schema.json"])
+def test_json_schemas_are_valid(name):
+    import json
+    import jsonschema
+    with open(os.path.join(lpstack.ROOT, "schemas", name)) as f:
+        schema = json.load(f)
+    jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def test_visit_event_schema_accepts_example_and_rejects_bad():
+    import json
+    import jsonschema
+    with open(os.path.join(lpstack.ROOT, "schemas/visit_event.schema.json")) as f:
+        v = jsonschema.Draft202012Validator(json.load(f))
+    ok = {"v": 1, "id": 123, "ts": 1700000000000000, "code": "abc123", "link_id": None,
+          "status": 404, "ip": "203.0.113.9", "user_agent": "curl/8", "referer": None,
+          "accept_language": None, "host": "s.test", "query": None}
+    assert not list(v.iter_errors(ok))
+    assert list(v.iter_errors(dict(ok, v=2)))
+    assert list(v.iter_errors(dict(ok, extra=1)))
