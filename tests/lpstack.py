@@ -312,6 +312,10 @@ def run_stack(bin_dir, var, port):
                 s.bind(("127.0.0.1", pg_port))
             except OSError:
                 pg_port = None
+    try:
+        os.unlink(os.path.join(var, "run.env"))
+    except FileNotFoundError:
+        pass
     pg = Postgres(os.path.join(var, "pg"), port=pg_port)
     with open(pg_port_file, "w") as f:
         f.write(str(pg.port))
@@ -369,6 +373,10 @@ Press Ctrl-C to stop everything (data stays in {var}).""", flush=True)
         for p in reversed(procs):
             p.stop()
         pg.stop()
+        try:
+            os.unlink(os.path.join(var, "run.env"))  # present only while the stack runs
+        except FileNotFoundError:
+            pass
         print("stopped", flush=True)
 
 
@@ -383,6 +391,7 @@ def main():
     def on_term(*_):
         raise KeyboardInterrupt()
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
     return run_stack(os.path.abspath(a.bin), os.path.abspath(a.var), a.port)
 
 

@@ -1,0 +1,64 @@
+"""`make run`'s stack script (tests/lpstack.py run): brings everything up,
+writes run.env with a working key, answers, and stops cleanly on SIGINT;
+a second run keeps the data."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import requests
+
+import lpstack
+
+
+def start(var, port):
+    p = subprocess.Popen([sys.executable, os.path.join(lpstack.ROOT, "tests/lpstack.py"), "run",
+                          "--bin", lpstack.BIN, "--var", var, "--port", str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env_path = os.path.join(var, "run.env")
+    deadline = time.time() + 90
+    while time.time() < deadline and p.poll() is None:
+        if os.path.exists(env_path):
+            env = dict(l.strip().split("=", 1) for l in open(env_path) if "=" in l)
+            return p, {k: v.strip("'") for k, v in env.items()}
+        time.sleep(0.2)
+    p.kill()
+    raise AssertionError(f"run.env not written:\n{p.stdout.read()}")
+
+
+def stop(p):
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, out
+    assert "stopped" in out
+    return out
+
+
+def test_make_run_stack(workdir):
+    var = os.path.join(workdir, "var")
+    os.makedirs(var)
+    os.chmod(workdir, 0o755)
+    port = lpstack.free_port()
+    p, env = start(var, port)
+    try:
+        assert set(env) == {"BASE_URL", "API_KEY", "PG_DSN", "KAFKA_BOOTSTRAP", "REDIS_URL"}
+        assert requests.get(env["BASE_URL"] + "/healthz", timeout=5).status_code == 200
+        r = requests.post(env["BASE_URL"] + "/api/v1/links", json={"url": "https://example.com/"},
+                          headers={"Authorization": "Bearer " + env["API_KEY"]}, timeout=10)
+        assert r.status_code == 201, r.text
+        code = r.json()["code"]
+        rr = requests.get(env["BASE_URL"] + "/" + code, allow_redirects=False, timeout=5)
+        assert rr.headers["Location"] == "https://example.com/"
+    finally:
+        out = stop(p)
+    assert "curl -s -X POST" in out and env["API_KEY"] in out
+    # second run: same data, same key
+    p, env2 = start(var, port)
+    try:
+        assert env2["API_KEY"] == env["API_KEY"]
+        g = requests.get(env2["BASE_URL"] + "/api/v1/links/" + code,
+                         headers={"Authorization": "Bearer " + env2["API_KEY"]}, timeout=10)
+        assert g.status_code == 200 and g.json()["long_url"] == "https://example.com/"
+    finally:
+        stop(p)
