@@ -47,6 +47,7 @@ struct ua_rx {
 struct ua_list {
 	struct ua_rx *v;       /* owned */
 	size_t n, cap;
+	size_t base;           /* index of v[0] among all regexes (pre-filter bits) */
 };
 
 struct ua_parser {
@@ -243,6 +244,31 @@ out:
 	return rc;
 }
 
+/* Numbers the regexes of the three lists in order and indexes their
+ * requirements for ua_pf_match. */
+static int
+index_regexes(struct ua_parser *p, char *errstr, size_t errstr_size)
+{
+	size_t total = 0, k = 0;
+	uint32_t *req;
+	int rc;
+
+	for (int li = 0; li < L_COUNT; li++) {
+		p->list[li].base = total;
+		total += p->list[li].n;
+	}
+	if ((req = malloc((total ? total : 1) * sizeof(*req))) == NULL) {
+		snprintf(errstr, errstr_size, "ua: %s", strerror(ENOMEM));
+		return -1;
+	}
+	for (int li = 0; li < L_COUNT; li++)
+		for (size_t i = 0; i < p->list[li].n; i++)
+			req[k++] = p->list[li].v[i].req;
+	rc = ua_pf_index(p->pf, req, total, errstr, errstr_size);
+	free(req);
+	return rc;
+}
+
 struct ua_parser *
 ua_parser_new(const char *regexes_path, size_t cache_entries, char *errstr, size_t errstr_size)
 {
@@ -261,7 +287,7 @@ ua_parser_new(const char *regexes_path, size_t cache_entries, char *errstr, size
 		snprintf(errstr, errstr_size, "ua: %s", strerror(ENOMEM));
 		goto fail;
 	}
-	if (ua_pf_build(p->pf, errstr, errstr_size) < 0)
+	if (ua_pf_build(p->pf, errstr, errstr_size) < 0 || index_regexes(p, errstr, errstr_size) < 0)
 		goto fail;
 	if (cache_entries > 0 && (p->cache = ua_cache_new(cache_entries)) == NULL) {
 		snprintf(errstr, errstr_size, "ua: cache of %zu entries: %s", cache_entries,
@@ -381,33 +407,61 @@ run(const struct ua_rx *rx, const char *s, size_t n, pcre2_match_data *md)
 	return pcre2_match(rx->code, (PCRE2_SPTR)s, n, 0, PCRE2_NO_JIT, md, NULL);
 }
 
-/* Searches list li; fills the slots (dst[i] of size[i]); 1 when a regex
- * matched, 0 for none (slots untouched). */
+/* Tries regex i of list li; 1 when it matched and gave a family (slots
+ * filled), else 0. */
 static int
-search(const struct ua_parser *p, int li, const char *s, size_t n, const uint64_t *bits,
-       pcre2_match_data *md, char **dst, const size_t *size, int nslot, int no_prefilter)
+try_rx(const struct ua_parser *p, int li, size_t i, const char *s, size_t n,
+       pcre2_match_data *md, char **dst, const size_t *size, int nslot)
+{
+	const struct ua_rx *rx = &p->list[li].v[i];
+	const PCRE2_SIZE *ov;
+	uint32_t ng;
+	int rc = run(rx, s, n, md);
+
+	if (rc < 0)
+		return 0; /* no match, or a match limit: try the next */
+	ov = pcre2_get_ovector_pointer(md);
+	ng = rc == 0 ? NGROUP : (uint32_t)rc;
+	fill(dst[0], size[0], rx->repl[0], default_group[li][0], s, ov, ng);
+	if (dst[0][0] == '\0')
+		return 0; /* no family: not a match */
+	for (int k = 1; k < nslot; k++)
+		fill(dst[k], size[k], rx->repl[k], default_group[li][k], s, ov, ng);
+	return 1;
+}
+
+/* Searches list li in order, trying only the regexes set in rxbits (NULL:
+ * all); fills the slots (dst[i] of size[i]); 1 when a regex matched, 0 for
+ * none. */
+static int
+search(const struct ua_parser *p, int li, const char *s, size_t n, const uint64_t *rxbits,
+       pcre2_match_data *md, char **dst, const size_t *size, int nslot)
 {
 	const struct ua_list *l = &p->list[li];
+	size_t lo = l->base, hi = l->base + l->n;
 
-	for (size_t i = 0; i < l->n; i++) {
-		const struct ua_rx *rx = &l->v[i];
-		const PCRE2_SIZE *ov;
-		uint32_t ng;
-		int rc;
+	if (l->n == 0)
+		return 0;
+	if (rxbits == NULL) {
+		for (size_t i = 0; i < l->n; i++)
+			if (try_rx(p, li, i, s, n, md, dst, size, nslot))
+				return 1;
+		return 0;
+	}
+	for (size_t w = lo >> 6; w <= (hi - 1) >> 6; w++) {
+		uint64_t m = rxbits[w];
 
-		if (!no_prefilter && !ua_pf_pass(p->pf, rx->req, bits))
-			continue;
-		rc = run(rx, s, n, md);
-		if (rc < 0)
-			continue; /* no match, or a match limit: try the next */
-		ov = pcre2_get_ovector_pointer(md);
-		ng = rc == 0 ? NGROUP : (uint32_t)rc;
-		fill(dst[0], size[0], rx->repl[0], default_group[li][0], s, ov, ng);
-		if (dst[0][0] == '\0')
-			continue; /* no family: not a match */
-		for (int k = 1; k < nslot; k++)
-			fill(dst[k], size[k], rx->repl[k], default_group[li][k], s, ov, ng);
-		return 1;
+		if (w == lo >> 6)
+			m &= ~(uint64_t)0 << (lo & 63);
+		if (w == (hi - 1) >> 6 && (hi & 63) != 0)
+			m &= ~(uint64_t)0 >> (64 - (hi & 63));
+		while (m != 0) {
+			size_t g = w * 64 + (size_t)__builtin_ctzll(m);
+
+			m &= m - 1;
+			if (try_rx(p, li, g - l->base, s, n, md, dst, size, nslot))
+				return 1;
+		}
 	}
 	return 0;
 }
@@ -444,13 +498,14 @@ parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_resu
            int no_prefilter)
 {
 	unsigned char lower[UA_MAX_INPUT];
-	uint64_t bits[UA_PF_WORDS];
+	uint64_t bits[UA_PF_WORDS], rxbits[UA_PF_MAX_REGEXES / 64];
+	const uint64_t *cand = no_prefilter ? NULL : rxbits;
 	pcre2_match_data *md;
 	char *d[NSLOT];
 	size_t sz[NSLOT];
 
 	len = lowercase(ua, len, lower);
-	ua_pf_scan(p->pf, lower, len, bits);
+	ua_pf_match(p->pf, lower, len, bits, rxbits);
 	md = pcre2_match_data_create(NGROUP, NULL);
 	if (md == NULL)
 		return -1;
@@ -462,7 +517,7 @@ parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_resu
 	d[2] = r->browser.minor;       sz[2] = sizeof(r->browser.minor);
 	d[3] = r->browser.patch;       sz[3] = sizeof(r->browser.patch);
 	d[4] = r->browser.patch_minor; sz[4] = sizeof(r->browser.patch_minor);
-	if (!search(p, L_UA, ua, len, bits, md, d, sz, NSLOT, no_prefilter))
+	if (!search(p, L_UA, ua, len, cand, md, d, sz, NSLOT))
 		other(d, NSLOT);
 
 	d[0] = r->os.family;      sz[0] = sizeof(r->os.family);
@@ -470,13 +525,13 @@ parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_resu
 	d[2] = r->os.minor;       sz[2] = sizeof(r->os.minor);
 	d[3] = r->os.patch;       sz[3] = sizeof(r->os.patch);
 	d[4] = r->os.patch_minor; sz[4] = sizeof(r->os.patch_minor);
-	if (!search(p, L_OS, ua, len, bits, md, d, sz, NSLOT, no_prefilter))
+	if (!search(p, L_OS, ua, len, cand, md, d, sz, NSLOT))
 		other(d, NSLOT);
 
 	d[0] = r->device.family; sz[0] = sizeof(r->device.family);
 	d[1] = r->device.brand;  sz[1] = sizeof(r->device.brand);
 	d[2] = r->device.model;  sz[2] = sizeof(r->device.model);
-	if (!search(p, L_DEV, ua, len, bits, md, d, sz, 3, no_prefilter))
+	if (!search(p, L_DEV, ua, len, cand, md, d, sz, 3))
 		other(d, 3);
 
 	pcre2_match_data_free(md);
@@ -548,30 +603,34 @@ ua_prefilter_check(const struct ua_parser *p, const char *ua, size_t len, char *
                    size_t msg_size)
 {
 	unsigned char lower[UA_MAX_INPUT];
-	uint64_t bits[UA_PF_WORDS];
+	uint64_t bits[UA_PF_WORDS], rxbits[UA_PF_MAX_REGEXES / 64];
 	pcre2_match_data *md;
 	int bad = 0;
 
 	if (msg_size)
 		msg[0] = '\0';
 	len = lowercase(ua, len, lower);
-	ua_pf_scan(p->pf, lower, len, bits);
+	ua_pf_match(p->pf, lower, len, bits, rxbits);
 	if ((md = pcre2_match_data_create(NGROUP, NULL)) == NULL)
 		return -1;
 	for (int li = 0; li < L_COUNT; li++)
 		for (size_t i = 0; i < p->list[li].n; i++) {
 			const struct ua_rx *rx = &p->list[li].v[i];
+			size_t g = p->list[li].base + i;
+			int cand = (rxbits[g >> 6] >> (g & 63)) & 1;
+			const char *why = NULL;
 
-			if (ua_pf_pass(p->pf, rx->req, bits))
-				continue;
-			if (run(rx, ua ? ua : "", len, md) >= 0) {
-				if (bad++ == 0 && msg_size) {
-					char req[512];
+			/* the index must agree with the requirement itself */
+			if (cand != ua_pf_pass(p->pf, rx->req, bits))
+				why = "candidate bit disagrees with";
+			else if (!cand && run(rx, ua ? ua : "", len, md) >= 0)
+				why = "matches but fails";
+			if (why != NULL && bad++ == 0 && msg_size) {
+				char req[512];
 
-					ua_pf_describe(p->pf, rx->req, req, sizeof(req));
-					snprintf(msg, msg_size, "%s regex at line %d matches but its "
-					    "requirement %s fails", list_name[li], rx->line, req);
-				}
+				ua_pf_describe(p->pf, rx->req, req, sizeof(req));
+				snprintf(msg, msg_size, "%s regex at line %d %s its requirement %s",
+				    list_name[li], rx->line, why, req);
 			}
 		}
 	pcre2_match_data_free(md);
@@ -583,6 +642,7 @@ ua_parser_dump(const struct ua_parser *p, FILE *f)
 {
 	char buf[4096];
 
+	ua_pf_info(p->pf, f);
 	for (int li = 0; li < L_COUNT; li++)
 		for (size_t i = 0; i < p->list[li].n; i++) {
 			ua_pf_describe(p->pf, p->list[li].v[i].req, buf, sizeof(buf));

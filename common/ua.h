@@ -45,36 +45,46 @@
  *        ^Java/, Pingdom, ...);
  *     b. the string contains, ignoring ASCII case, a token of a well-known
  *        crawler, link-preview fetcher, monitor, headless browser or HTTP
- *        library that uap-core does not flag, e.g. "curl/", "wget/",
- *        "python-requests", "aiohttp", "httpx", "go-http-client", "okhttp",
- *        "apache-httpclient", "libwww-perl", "node-fetch", "axios/",
- *        "postmanruntime", "guzzlehttp", "headlesschrome", "phantomjs",
- *        "lighthouse", "facebookcatalog", "meta-externalagent", "telegrambot",
- *        "slack-imgproxy", "skypeuripreview", "discordbot", "embedly",
- *        "iframely", "mastodon/", "bitlybot", "gptbot", "chatgpt-user",
- *        "claudebot", "perplexitybot", "bytespider", "uptimerobot"
+ *        library (uap-core's Spider rules only look at the first 100 bytes
+ *        and miss many), e.g. "curl/", "wget/", "python-requests",
+ *        "aiohttp", "httpx", "go-http-client", "okhttp", "apache-httpclient",
+ *        "libwww-perl", "node-fetch", "axios/", "postmanruntime",
+ *        "guzzlehttp", "headlesschrome", "phantomjs", "lighthouse",
+ *        "facebookexternalhit", "facebookcatalog", "meta-externalagent",
+ *        "whatsapp", "telegrambot", "slackbot", "discordbot", "twitterbot",
+ *        "skypeuripreview", "embedly", "iframely", "mastodon/", "gptbot",
+ *        "claudebot", "bytespider", "uptimerobot", and the crawler
+ *        conventions "+http" (contact URL), "crawler", "spider", "slurp"
  *        (full list: ua_bot_tokens in ua_type.c);
- *     c. the string is empty (after trimming) or uap-core's browser family is
- *        one of its HTTP-library families without a token above
- *        (e.g. "Python Requests", "Apache-HttpClient", "okhttp").
- *  2. "console": device family or brand names a games console
- *     (PlayStation, Xbox, Nintendo, OUYA), or the string says
- *     "PlayStation", "Xbox", "Nintendo".
+ *     c. uap-core's browser family contains "bot", "spider", "crawl" or
+ *        "slurp" (any case), e.g. "Googlebot", "YandexBot";
+ *     d. the string is empty or blank.
+ *  2. "console": the string says "PlayStation", "Xbox", "Nintendo" or
+ *     "OUYA", or uap-core's device is a PlayStation*, Xbox* or brand Nintendo.
  *  3. "tv": the string carries a TV marker (SmartTV, SMART-TV, HbbTV,
- *     GoogleTV, Android TV, AppleTV, CrKey, Roku, BRAVIA, NetCast, webOS TV,
- *     Tizen TV, AFT* Fire TV models, "TV Safari"), or the device family is
- *     "AppleTV"/"Chromecast" or contains " TV".
- *  4. "tablet": iPad, Kindle/Silk (without "Mobile"), PlayBook, "Tablet"
- *     in the string or device model, or Android without the "Mobile" token
- *     (Google's convention for tablets) when the device is not generic.
- *  5. "mobile": iPhone, iPod, Windows Phone, BlackBerry, Opera Mini, KaiOS,
- *     Symbian, uap families "Generic Smartphone"/"Generic Feature Phone",
- *     Android with "Mobile", OS iOS/Android/Windows Phone/BlackBerry OS/
- *     Symbian OS/KaiOS/Firefox OS, or a "Mobile" token.
+ *     GoogleTV, Android TV, AppleTV, CrKey, Roku, BRAVIA, NetCast,
+ *     "TV Safari", an Android "; AFT" Fire TV model), or the OS is tvOS, or
+ *     the device family is a TV one (AppleTV, Chromecast, HbbTV, Roku,
+ *     NetCast.*, WebTV, ... or contains "Android TV", "SmartTV", ...).
+ *  4. "tablet": the string says "iPad", "PlayBook", "Tablet" (but not
+ *     "Tablet PC", which desktop Windows sends), "Nexus 7/9/10", "Xoom",
+ *     "Kindle" or "Silk/" without "Mobile", Android with a Galaxy Tab model
+ *     ("SM-T", "GT-P"); or uap-core's device is "iPad", Kindle*, or has
+ *     "Tablet" in family or model; or it is a browser ("Mozilla/", not
+ *     "Dalvik") on Android without the "Mobile" token (Google's convention
+ *     for tablets) on a device uap-core identified (not "Other"/Generic).
+ *  5. "mobile": the string says "iPhone", "iPod", "Windows Phone",
+ *     "BlackBerry", "BB10", "Opera Mini", "KaiOS", "Symbian", "MIDP",
+ *     "J2ME", "Android", "Mobile" or "Mobi"; or uap-core's device is
+ *     iPhone*, iPod*, "Generic Smartphone" or "Generic Feature Phone"; or
+ *     its OS is iOS, Android, Windows Phone/Mobile/CE, BlackBerry OS,
+ *     Symbian, KaiOS, Firefox OS, Tizen, Sailfish, webOS, ...
  *  6. "desktop": OS family Windows (not Phone/Mobile/CE), Mac OS X/macOS,
- *     Linux distributions, Chrome OS, FreeBSD/OpenBSD/NetBSD, Solaris, or
- *     device family "Mac".
- *  7. otherwise "other".
+ *     Linux distributions, Chrome OS, the BSDs, Solaris, ..., device family
+ *     "Mac", or the markers "Windows NT", "Macintosh", "(X11", "CrOS".
+ *  7. "mobile": uap-core named the device with a brand (feature phones
+ *     that carry none of the markers above, e.g. "SAMSUNG-SGH-E108").
+ *  8. otherwise "other".
  */
 
 enum ua_device_type {

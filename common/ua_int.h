@@ -20,6 +20,7 @@
 #define UA_PF_NONE UINT32_MAX    /* "no requirement": always run the regex */
 #define UA_PF_MAX_LITERALS 65536 /* so the per-call bitset fits on the stack */
 #define UA_PF_WORDS (UA_PF_MAX_LITERALS / 64)
+#define UA_PF_MAX_REGEXES 8192 /* all three lists together */
 
 struct ua_pf;
 
@@ -47,6 +48,16 @@ size_t ua_pf_words(const struct ua_pf *pf);
 void ua_pf_scan(const struct ua_pf *pf, const unsigned char *lower, size_t n,
                 uint64_t *bits);
 
+/* After ua_pf_build: indexes the requirements of regexes 0..nrx-1
+ * (req[i] from ua_pf_analyse) for ua_pf_match. 0 or -1. */
+int ua_pf_index(struct ua_pf *pf, const uint32_t *req, size_t nrx, char *errstr,
+                size_t errstr_size);
+
+/* ua_pf_scan, and also sets in rxbits ((nrx + 63) / 64 words) the regexes
+ * whose requirement holds: the only ones that can match. */
+void ua_pf_match(const struct ua_pf *pf, const unsigned char *lower, size_t n,
+                 uint64_t *bits, uint64_t *rxbits);
+
 /* 1 when the requirement req holds for bits (UA_PF_NONE always holds). */
 int ua_pf_pass(const struct ua_pf *pf, uint32_t req, const uint64_t *bits);
 
@@ -58,6 +69,9 @@ ua_pf_has(const uint64_t *bits, int id)
 
 /* Describes a requirement as text ("(a|b) & (c)") into buf, for tests. */
 void ua_pf_describe(const struct ua_pf *pf, uint32_t req, char *buf, size_t size);
+
+/* One line of sizes (literals, automaton, index) to f. */
+void ua_pf_info(const struct ua_pf *pf, FILE *f);
 
 /* Number of distinct literals registered. */
 size_t ua_pf_literals(const struct ua_pf *pf);

@@ -881,6 +881,14 @@ struct ua_pf {
 	uint32_t *dict;      /* per state: next state with output on the fail chain, 0 none */
 	uint32_t *firstout;  /* per state: itself if it has output, else dict */
 	int built;
+	/* regex index (ua_pf_index): literal -> requirement sets it satisfies */
+	uint32_t nrx;        /* regexes indexed */
+	uint32_t nsets;      /* requirement sets over all regexes */
+	uint32_t *post_start; /* nlit + 1 offsets into post */
+	uint32_t *post;      /* set ids */
+	uint32_t *set_rx;    /* set id -> regex */
+	uint8_t *need;       /* regex -> number of sets (0: always a candidate) */
+	uint64_t *always;    /* regexes without a requirement, as bits */
 };
 
 static uint64_t
@@ -916,6 +924,11 @@ ua_pf_free(struct ua_pf *pf)
 	free(pf->outid);
 	free(pf->dict);
 	free(pf->firstout);
+	free(pf->post_start);
+	free(pf->post);
+	free(pf->set_rx);
+	free(pf->need);
+	free(pf->always);
 	free(pf);
 }
 
@@ -1069,6 +1082,10 @@ ua_pf_analyse(struct ua_pf *pf, const char *pat, size_t len, int *err)
 		}
 		if (bi < 0 || bs < 2)
 			break;
+		/* a set of common literals filters little and costs index work:
+		 * only worth it when nothing better exists */
+		if (nkeep > 0 && bs < 3 && sset_score(&keep[0]) >= 3)
+			break;
 		keep[nkeep++] = rs[bi];
 	}
 	if (nkeep == 0)
@@ -1132,6 +1149,47 @@ size_t
 ua_pf_words(const struct ua_pf *pf)
 {
 	return (pf->nlit + 63) / 64;
+}
+
+/* Renumbers the states in breadth-first order (queue holds every state but
+ * the root), so the shallow states a scan spends most time in share a few
+ * cache lines. */
+static int
+renumber(struct ua_pf *pf, const uint32_t *queue, size_t qt)
+{
+	uint32_t n = pf->nstates, *to = malloc(n * sizeof(*to));
+	uint32_t *nd = malloc((size_t)n * pf->ncls * sizeof(*nd));
+	uint32_t *no = malloc(n * sizeof(*no)), *ndict = malloc(n * sizeof(*ndict));
+	uint32_t *nfirst = malloc(n * sizeof(*nfirst));
+
+	if (to == NULL || nd == NULL || no == NULL || ndict == NULL || nfirst == NULL) {
+		free(to);
+		free(nd);
+		free(no);
+		free(ndict);
+		free(nfirst);
+		return -1;
+	}
+	to[0] = 0;
+	for (size_t q = 0; q < qt; q++)
+		to[queue[q]] = (uint32_t)q + 1;
+	for (uint32_t s = 0; s < n; s++) {
+		for (uint32_t c = 0; c < pf->ncls; c++)
+			nd[(size_t)to[s] * pf->ncls + c] = to[pf->delta[(size_t)s * pf->ncls + c]];
+		no[to[s]] = pf->outid[s];
+		ndict[to[s]] = to[pf->dict[s]];
+		nfirst[to[s]] = to[pf->firstout[s]];
+	}
+	free(pf->delta);
+	free(pf->outid);
+	free(pf->dict);
+	free(pf->firstout);
+	free(to);
+	pf->delta = nd;
+	pf->outid = no;
+	pf->dict = ndict;
+	pf->firstout = nfirst;
+	return 0;
 }
 
 int
@@ -1219,6 +1277,8 @@ ua_pf_build(struct ua_pf *pf, char *errstr, size_t errstr_size)
 		pf->dict[s] = (f != 0 && nown[f]) ? f : pf->dict[f];
 		pf->firstout[s] = nown[s] ? s : pf->dict[s];
 	}
+	if (renumber(pf, queue, qt) < 0)
+		goto oom;
 	free(fail);
 	free(queue);
 	free(nown);
@@ -1302,4 +1362,130 @@ ua_pf_describe(const struct ua_pf *pf, uint32_t req, char *buf, size_t size)
 			o += (size_t)snprintf(buf + o, size - o, ")");
 		p += n;
 	}
+}
+
+int
+ua_pf_index(struct ua_pf *pf, const uint32_t *req, size_t nrx, char *errstr, size_t errstr_size)
+{
+	uint32_t nsets = 0, npost = 0;
+	size_t words = (nrx + 63) / 64;
+
+	if (nrx > UA_PF_MAX_REGEXES) {
+		snprintf(errstr, errstr_size, "pre-filter: %zu regexes, at most %d", nrx,
+		    UA_PF_MAX_REGEXES);
+		return -1;
+	}
+	/* sizes */
+	for (size_t r = 0; r < nrx; r++) {
+		const uint32_t *p;
+		uint32_t ns;
+
+		if (req[r] == UA_PF_NONE)
+			continue;
+		p = pf->pool + req[r];
+		ns = *p++;
+		for (uint32_t k = 0; k < ns; k++) {
+			npost += *p;
+			p += 1 + *p;
+		}
+		nsets += ns;
+	}
+	pf->post_start = calloc(pf->nlit + 1, sizeof(*pf->post_start));
+	pf->post = malloc((npost ? npost : 1) * sizeof(*pf->post));
+	pf->set_rx = malloc((nsets ? nsets : 1) * sizeof(*pf->set_rx));
+	pf->need = calloc(nrx ? nrx : 1, 1);
+	pf->always = calloc(words ? words : 1, sizeof(*pf->always));
+	if (pf->post_start == NULL || pf->post == NULL || pf->set_rx == NULL ||
+	    pf->need == NULL || pf->always == NULL) {
+		snprintf(errstr, errstr_size, "pre-filter: %s", strerror(ENOMEM));
+		return -1;
+	}
+	/* count postings per literal, then prefix sums, then fill */
+	for (int pass = 0; pass < 2; pass++) {
+		uint32_t set = 0;
+
+		for (size_t r = 0; r < nrx; r++) {
+			const uint32_t *p;
+			uint32_t ns;
+
+			if (req[r] == UA_PF_NONE) {
+				pf->always[r >> 6] |= (uint64_t)1 << (r & 63);
+				continue;
+			}
+			p = pf->pool + req[r];
+			ns = *p++;
+			pf->need[r] = (uint8_t)ns;
+			for (uint32_t k = 0; k < ns; k++, set++) {
+				uint32_t n = *p++;
+
+				pf->set_rx[set] = (uint32_t)r;
+				for (uint32_t i = 0; i < n; i++) {
+					if (pass == 0)
+						pf->post_start[p[i] + 1]++;
+					else
+						pf->post[pf->post_start[p[i]]++] = set;
+				}
+				p += n;
+			}
+		}
+		if (pass == 0) {
+			for (size_t l = 0; l < pf->nlit; l++)
+				pf->post_start[l + 1] += pf->post_start[l];
+		} else {
+			/* the fill advanced each start to the next one's: shift back */
+			for (size_t l = pf->nlit; l > 0; l--)
+				pf->post_start[l] = pf->post_start[l - 1];
+			pf->post_start[0] = 0;
+		}
+	}
+	pf->nrx = (uint32_t)nrx;
+	pf->nsets = nsets;
+	return 0;
+}
+
+void
+ua_pf_match(const struct ua_pf *pf, const unsigned char *lower, size_t n, uint64_t *bits,
+            uint64_t *rxbits)
+{
+	const uint32_t *delta = pf->delta;
+	const unsigned char *cls = pf->cls;
+	uint32_t ncls = pf->ncls, s = 0;
+	uint8_t cnt[UA_PF_MAX_REGEXES];
+	uint64_t sat[UA_PF_MAX_REGEXES * 4 / 64];
+
+	memset(bits, 0, ua_pf_words(pf) * sizeof(*bits));
+	memcpy(rxbits, pf->always, ((pf->nrx + 63) / 64) * sizeof(*rxbits));
+	memset(cnt, 0, pf->nrx);
+	memset(sat, 0, ((pf->nsets + 63) / 64) * sizeof(*sat));
+	for (size_t i = 0; i < n; i++) {
+		s = delta[(size_t)s * ncls + cls[lower[i]]];
+		for (uint32_t t = pf->firstout[s]; t != 0; t = pf->dict[t]) {
+			uint32_t id = pf->outid[t];
+			uint64_t m = (uint64_t)1 << (id & 63);
+
+			if (bits[id >> 6] & m)
+				break; /* seen before: so were the rest of its chain */
+			bits[id >> 6] |= m;
+			for (uint32_t k = pf->post_start[id]; k < pf->post_start[id + 1]; k++) {
+				uint32_t set = pf->post[k], rx;
+				uint64_t sm = (uint64_t)1 << (set & 63);
+
+				if (sat[set >> 6] & sm)
+					continue;
+				sat[set >> 6] |= sm;
+				rx = pf->set_rx[set];
+				if (++cnt[rx] == pf->need[rx])
+					rxbits[rx >> 6] |= (uint64_t)1 << (rx & 63);
+			}
+		}
+	}
+}
+
+void
+ua_pf_info(const struct ua_pf *pf, FILE *f)
+{
+	fprintf(f, "pre-filter: %zu literals, %u states x %u classes (%zu KiB), %u sets, "
+	    "%u postings\n", pf->nlit, pf->nstates, pf->ncls,
+	    (size_t)pf->nstates * pf->ncls * sizeof(*pf->delta) / 1024, pf->nsets,
+	    pf->post_start ? pf->post_start[pf->nlit] : 0);
 }

@@ -34,6 +34,8 @@ static const char *const ua_bot_tokens[] = {
 	"perplexitybot", "perplexity-user", "bytespider", "amazonbot", "applebot",
 	"duckduckbot", "duckassistbot", "petalbot", "ccbot", "diffbot", "httrack",
 	"cloudflare-alwaysonline", "amazon cloudfront",
+	/* crawler conventions anywhere in the string ("+http://..." contact URL) */
+	"+http", "crawler", "spider", "slurp",
 };
 
 /* Markers for the other types; the enum indexes ua_typer.mark. */
@@ -54,7 +56,7 @@ static const char *const mark_text[M_NMAX] = {
 	"android tv", "androidtv", "appletv", "apple tv", "crkey", "roku", "bravia",
 	"netcast", "tv safari", "; aft", "playstation", "xbox", "nintendo", "ouya",
 	"mozilla/", "dalvik", "nexus 7", "nexus 9", "nexus 10", "xoom", "sm-t", "gt-p",
-	"windows nt", "macintosh", "x11", "cros", "midp", "j2me",
+	"windows nt", "macintosh", "(x11", "cros", "midp", "j2me",
 };
 
 _Static_assert(sizeof(ua_bot_tokens) / sizeof(ua_bot_tokens[0]) <= UA_TYPE_MAX_BOT,
@@ -81,17 +83,26 @@ has_prefix(const char *s, const char *p)
 	return strncmp(s, p, strlen(p)) == 0;
 }
 
-/* " TV" as a word in a device family ("Generic Smart TV", "Philips TV"). */
+/* uap-core device families of TVs and streaming boxes. */
 static int
-word_tv(const char *s)
+tv_family(const char *df, const char *os)
 {
-	for (const char *p = strstr(s, "TV"); p != NULL; p = strstr(p + 1, "TV")) {
-		int before = p == s || p[-1] == ' ' || p[-1] == '-';
-		int after = p[2] == '\0' || p[2] == ' ' || p[2] == '-';
+	static const char *const fam[] = {
+		"AppleTV", "Chromecast", "HbbTV", "NetCast.TV", "NetCast.Media", "Roku",
+		"GoogleTV", "WebTV", "Inettv",
+	};
+	static const char *const part[] = {
+		"Android TV", "Google TV", "SmartTV", "smartTV", "SMART-TV", "Smart TV",
+	};
 
-		if (before && after)
+	if (strcmp(os, "tvOS") == 0)
+		return 1;
+	for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]); i++)
+		if (strcmp(df, fam[i]) == 0)
 			return 1;
-	}
+	for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++)
+		if (strstr(df, part[i]) != NULL)
+			return 1;
 	return 0;
 }
 
@@ -145,11 +156,16 @@ classify(const struct ua_typer *t, const uint64_t *b, size_t n, const struct ua_
 	for (int i = 0; i < t->nbot; i++)
 		if (ua_pf_has(b, t->bot[i]))
 			return UA_TYPE_BOT;
+	if (strcasestr(r->browser.family, "bot") != NULL ||
+	    strcasestr(r->browser.family, "spider") != NULL ||
+	    strcasestr(r->browser.family, "crawl") != NULL ||
+	    strcasestr(r->browser.family, "slurp") != NULL)
+		return UA_TYPE_BOT;
 	/* 2. consoles */
 	if (ua_pf_has(b, m[M_PLAYSTATION]) || ua_pf_has(b, m[M_XBOX]) ||
 	    ua_pf_has(b, m[M_NINTENDO]) || ua_pf_has(b, m[M_OUYA]) ||
-	    strcmp(brand, "Nintendo") == 0 || strcmp(brand, "Microsoft Xbox") == 0 ||
-	    strcmp(brand, "Sony PlayStation") == 0)
+	    strcmp(brand, "Nintendo") == 0 || has_prefix(df, "PlayStation") ||
+	    has_prefix(df, "Xbox"))
 		return UA_TYPE_CONSOLE;
 	/* 3. TVs and streaming boxes */
 	if (ua_pf_has(b, m[M_SMARTTV]) || ua_pf_has(b, m[M_SMART_TV]) ||
@@ -160,7 +176,7 @@ classify(const struct ua_typer *t, const uint64_t *b, size_t n, const struct ua_
 	    ua_pf_has(b, m[M_ROKU]) || ua_pf_has(b, m[M_BRAVIA]) ||
 	    ua_pf_has(b, m[M_NETCAST]) || ua_pf_has(b, m[M_TV_SAFARI]) ||
 	    (android && ua_pf_has(b, m[M_AFT])) ||
-	    strcmp(df, "AppleTV") == 0 || strcmp(df, "Chromecast") == 0 || word_tv(df))
+	    tv_family(df, r->os.family))
 		return UA_TYPE_TV;
 	/* 4. tablets */
 	if (ua_pf_has(b, m[M_IPAD]) || ua_pf_has(b, m[M_PLAYBOOK]) ||
@@ -190,6 +206,10 @@ classify(const struct ua_typer *t, const uint64_t *b, size_t n, const struct ua_
 	    ua_pf_has(b, m[M_WINDOWS_NT]) || ua_pf_has(b, m[M_MACINTOSH]) ||
 	    ua_pf_has(b, m[M_X11]) || ua_pf_has(b, m[M_CROS]))
 		return UA_TYPE_DESKTOP;
+	/* 7. a handset uap-core knows by brand but nothing above marks
+	 * (feature phones: "SAMSUNG-SGH-E108", "LGE-PM225", ...) */
+	if (brand[0] != '\0' && strcmp(df, "Other") != 0)
+		return UA_TYPE_MOBILE;
 	return UA_TYPE_OTHER;
 }
 
