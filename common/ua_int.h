@@ -1,4 +1,4 @@
-/* ua_int.h - internals shared by ua.c, ua_prefilter.c, ua_cache.c and ua_type.c
+/* ua_int.h - internals shared by ua.c, ua_analyse.c, ua_prefilter.c, ua_cache.c, ua_type.c
  * (literal pre-filter, result cache, device-type rules). Not for other modules;
  * the names are ua_-prefixed only because they cross files. */
 #ifndef LP_UA_INT_H
@@ -9,6 +9,28 @@
 #include <stdio.h>
 
 #include "ua.h"
+
+/* ---- pattern analysis (ua_analyse.c) --------------------------------------- */
+
+#define UA_AN_KEEP 3 /* "one of" sets kept per pattern */
+
+/* What a pattern requires: each of the nsets sets must have a member in the
+ * subject. Literals are ASCII-lowercased; the memory is the result's own,
+ * freed by ua_analyse_free. nsets 0: nothing certain. */
+struct ua_an_result {
+	int nsets;
+	int nlit[UA_AN_KEEP];
+	const unsigned char **lit[UA_AN_KEEP];
+	size_t *len[UA_AN_KEEP];
+	const void *set_src[UA_AN_KEEP]; /* internal */
+	int score0;                       /* internal */
+	void *arena;                      /* internal */
+};
+
+/* Analyses len bytes of a PCRE2 pattern. 0 (see res->nsets) or -1 on
+ * ENOMEM; either way res must be released with ua_analyse_free. */
+int ua_analyse(const char *pat, size_t len, struct ua_an_result *res);
+void ua_analyse_free(struct ua_an_result *res);
 
 /* ---- literal pre-filter (ua_prefilter.c) ---------------------------------
  * Each regex is analysed at load time into a conjunction of "one of these

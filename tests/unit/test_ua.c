@@ -2,6 +2,9 @@
  * test_device.yaml, read with libyaml) through the ua module field by field,
  * checks the pre-filter is exact on every case, then device types, the cache
  * (also from several threads), limits and load errors. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+
+#include <pcre2.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,6 +303,114 @@ run_suite(struct ua_parser *p, int which, struct suite *s, size_t *excepted, int
 		}
 	}
 	return pass;
+}
+
+/* ---- pre-filter analysis ------------------------------------------------- */
+
+static const struct {
+	const char *pat;
+	const char *want; /* ua_pf_describe of its requirement */
+} pf_cases[] = {
+	{ "abc", "(abc)" },
+	{ "Foo(?:Bar|Baz)?Qux", "(foobarqux|foobazqux|fooqux)" },
+	{ "[Ss]amsung[ -]?(\\w+)", "(samsung)" },
+	{ "x\\d+yz", "(yz)" },
+	{ "(?!Foo)Bar\\b", "(bar)" },
+	{ "^Foo(?=Bar)", "(foo) & (bar)" },
+	{ "(?<=Ab)Cd", "(ab) & (cd)" },
+	{ "(?<!Ab)Cd", "(cd)" },
+	{ "Chrom(?:e|ium)/(\\d+)", "(chrome/|chromium/)" },
+	{ "(?:Foo|Ba.r)Zed", "(zed)" },
+	{ "(?:Foo|Ba.rx)Zed", "(zed)" },
+	{ "(Foo|\\d+)Zed", "(zed)" },
+	{ "(?:Foo|Bar)+Zed", "(zed) & (foo|bar)" },
+	{ "(?:Fooo|Barr)*Zed", "(zed)" },
+	{ "(?:Fooo|)Zed", "(zed)" },
+	{ "a{,3}bcd", "(none)" },
+	{ "a{ 3}bcd", "(none)" },
+	{ "(?i)abc", "(none)" },
+	{ "\\Qab\\E", "(none)" },
+	{ "[[:alpha:]]abc", "(none)" },
+	{ "ab\\x{63}d", "(abcd)" },
+	{ "[\\x{63}]bcd", "(none)" },
+	{ "a\\x62cd", "(abcd)" },
+	{ "ab[^c]de", "(ab) & (de)" },
+	{ "[a-c]bcd", "(abcd|bbcd|cbcd)" },
+	{ "[a-z]bcd", "(bcd)" },
+	{ "ab{2}cd", "(cd)" },
+	{ "a{x}bc", "(a{x}bc)" },
+	{ "(?P<n>Foo)Bar\\1", "(foobar)" },
+	{ "\\bLG\\b", "(lg)" },
+	{ "Opera Mini/(\\d+)", "(opera mini/)" },
+};
+
+/* Subjects for the property check: every pattern x every subject, a match
+ * must imply the requirement. */
+static const char *const pf_subjects[] = {
+	"abc", "ABC", "xFooBarQux", "FooQux", "fooBAZqux", "Samsung-GT", "samsung x", "SAMSUNG",
+	"x12yz", "Bar", "FooBar", "AbCd", "abcd", "XCd", "Chrome/12", "Chromium/3", "BaxrZed",
+	"FooZed", "12Zed", "FooBarFooZed", "Zed", "aaabcd", "bcd", "ab{2}cd", "abbcd", "a{x}bc",
+	"FooBarFoo", " LG ", "Opera Mini/4", "abx de", "ab\nde", "",
+};
+
+static void
+test_prefilter(void)
+{
+	struct ua_pf *pf = ua_pf_new();
+	uint32_t req[64];
+	pcre2_code *code[64];
+	size_t n = sizeof(pf_cases) / sizeof(pf_cases[0]);
+	char err[256], desc[1024];
+	uint64_t bits[UA_PF_WORDS], rxbits[UA_PF_MAX_REGEXES / 64];
+	int bad = 0;
+
+	CHECK(pf != NULL, "ua_pf_new");
+	if (pf == NULL)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		int e, ec;
+		PCRE2_SIZE eo;
+
+		req[i] = ua_pf_analyse(pf, pf_cases[i].pat, strlen(pf_cases[i].pat), &e);
+		code[i] = pcre2_compile((PCRE2_SPTR)pf_cases[i].pat, PCRE2_ZERO_TERMINATED, 0, &ec,
+		    &eo, NULL);
+		CHECK(code[i] != NULL, "pattern %s does not compile", pf_cases[i].pat);
+	}
+	CHECK(ua_pf_build(pf, err, sizeof(err)) == 0, "build: %s", err);
+	CHECK(ua_pf_index(pf, req, n, err, sizeof(err)) == 0, "index: %s", err);
+	for (size_t i = 0; i < n; i++) {
+		ua_pf_describe(pf, req[i], desc, sizeof(desc));
+		CHECK(strcmp(desc, pf_cases[i].want) == 0, "pre-filter of %s: expected %s, got %s",
+		    pf_cases[i].pat, pf_cases[i].want, desc);
+	}
+	for (size_t k = 0; k < sizeof(pf_subjects) / sizeof(pf_subjects[0]); k++) {
+		const char *subj = pf_subjects[k];
+		unsigned char low[256];
+		size_t len = strlen(subj);
+		pcre2_match_data *md = pcre2_match_data_create(10, NULL);
+
+		for (size_t i = 0; i < len; i++)
+			low[i] = (unsigned char)(subj[i] >= 'A' && subj[i] <= 'Z' ? subj[i] + 32 : subj[i]);
+		ua_pf_match(pf, low, len, bits, rxbits);
+		for (size_t i = 0; i < n; i++) {
+			int m, pass = (int)((rxbits[i >> 6] >> (i & 63)) & 1);
+
+			if (code[i] == NULL)
+				continue;
+			m = pcre2_match(code[i], (PCRE2_SPTR)subj, len, 0, 0, md, NULL) >= 0;
+			if (m && !pass) {
+				bad++;
+				fprintf(stderr, "pre-filter rejects %s for \"%s\", which matches\n",
+				    pf_cases[i].pat, subj);
+			}
+			CHECK(pass == ua_pf_pass(pf, req[i], bits), "index and requirement disagree");
+		}
+		pcre2_match_data_free(md);
+	}
+	CHECK(bad == 0, "pre-filter property: %d misses", bad);
+	for (size_t i = 0; i < n; i++)
+		pcre2_code_free(code[i]);
+	ua_pf_free(pf);
 }
 
 /* ---- device types --------------------------------------------------------- */
@@ -674,6 +785,7 @@ main(void)
 			printf("note: unused exception %s %s: %s\n", excs[i].suite, excs[i].field,
 			    excs[i].ua);
 
+	test_prefilter();
 	test_types(p);
 	test_edges(p);
 	test_cache(regexes, &suites[0]);
