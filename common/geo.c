@@ -2,11 +2,11 @@
  * (special ranges never reach the database), then reads only the fields it
  * needs with MMDB_aget_value from the memory-mapped City and ISP/ASN files. */
 #include "geo.h"
+#include "errstr.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,21 +141,6 @@ geo_addr_class(const char *ip)
 	return geo_classify(&a);
 }
 
-static void geo_errf(char *errstr, size_t errstr_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-geo_errf(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (errstr == NULL || errstr_size == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(errstr, errstr_size, fmt, ap);
-	va_end(ap);
-}
-
 static int
 geo_type_has(const MMDB_s *m, const char *const *words)
 {
@@ -178,14 +163,14 @@ geo_open_one(MMDB_s *m, const char *path, const char *what,
 
 	if (rc != MMDB_SUCCESS) {
 		if (rc == MMDB_IO_ERROR)
-			geo_errf(errstr, errstr_size, "geo: %s: %s: %s", path,
+			errstr_set(errstr, errstr_size, "geo: %s: %s: %s", path,
 			    MMDB_strerror(rc), strerror(errno));
 		else
-			geo_errf(errstr, errstr_size, "geo: %s: %s", path, MMDB_strerror(rc));
+			errstr_set(errstr, errstr_size, "geo: %s: %s", path, MMDB_strerror(rc));
 		return -1;
 	}
 	if (!geo_type_has(m, types)) {
-		geo_errf(errstr, errstr_size,
+		errstr_set(errstr, errstr_size,
 		    "geo: %s: database type \"%s\" is not a %s layout", path,
 		    m->metadata.database_type ? m->metadata.database_type : "", what);
 		MMDB_close(m);
@@ -219,11 +204,11 @@ geo_open(const char *city_path, const char *isp_path, const char *locale,
 	if (locale == NULL || locale[0] == '\0')
 		locale = "en";
 	if (city_path == NULL || city_path[0] == '\0') {
-		geo_errf(errstr, errstr_size, "geo: no city database path given");
+		errstr_set(errstr, errstr_size, "geo: no city database path given");
 		return NULL;
 	}
 	if (strlen(locale) >= GEO_LOCALE_MAX) {
-		geo_errf(errstr, errstr_size, "geo: locale \"%.40s\" is too long", locale);
+		errstr_set(errstr, errstr_size, "geo: locale \"%.40s\" is too long", locale);
 		return NULL;
 	}
 	for (i = 0; locale[i] != '\0'; i++) {
@@ -231,14 +216,14 @@ geo_open(const char *city_path, const char *isp_path, const char *locale,
 
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
 		    (c >= '0' && c <= '9') || c == '-' || c == '_')) {
-			geo_errf(errstr, errstr_size,
+			errstr_set(errstr, errstr_size,
 			    "geo: locale \"%s\": only letters, digits, '-' and '_' allowed",
 			    locale);
 			return NULL;
 		}
 	}
 	if ((db = calloc(1, sizeof(*db))) == NULL) {
-		geo_errf(errstr, errstr_size, "geo: %s", strerror(ENOMEM));
+		errstr_set(errstr, errstr_size, "geo: %s", strerror(ENOMEM));
 		return NULL;
 	}
 	memcpy(db->locale, locale, strlen(locale) + 1);
@@ -259,7 +244,7 @@ geo_open(const char *city_path, const char *isp_path, const char *locale,
 			snprintf(langs + used, sizeof(langs) - used, "%s%s",
 			    i ? " " : "", db->city.metadata.languages.names[i]);
 		}
-		geo_errf(errstr, errstr_size,
+		errstr_set(errstr, errstr_size,
 		    "geo: %s: locale \"%s\" is not among the database's languages (%s)",
 		    city_path, locale, langs);
 		MMDB_close(&db->city);

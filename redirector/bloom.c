@@ -2,9 +2,9 @@
  * __atomic_fetch_or and read with __atomic_load_n, k positions per key by
  * enhanced double hashing over one MurmurHash3_x64_128. */
 #include "bloom.h"
+#include "errstr.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -18,21 +18,6 @@ struct bloom {
 	uint64_t count;         /* adds that set a new bit; atomic */
 	uint64_t set;           /* bits set; atomic */
 };
-
-static void seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void
-seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (errstr == NULL || errstr_size == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(errstr, errstr_size, fmt, ap);
-	va_end(ap);
-}
 
 static uint64_t
 rotl64(uint64_t x, int r)
@@ -128,16 +113,16 @@ bloom_new(uint64_t n, double p, char *errstr, size_t errstr_size)
 	uint64_t nwords;
 
 	if (n == 0) {
-		seterr(errstr, errstr_size, "bloom: expected key count must be at least 1");
+		errstr_set(errstr, errstr_size, "bloom: expected key count must be at least 1");
 		return NULL;
 	}
 	if (!(p > 0.0 && p < 1.0)) {
-		seterr(errstr, errstr_size, "bloom: false-positive rate %g is not in (0, 1)", p);
+		errstr_set(errstr, errstr_size, "bloom: false-positive rate %g is not in (0, 1)", p);
 		return NULL;
 	}
 	bits = ceil(-(double)n * log(p) / (M_LN2 * M_LN2));
 	if (!(bits <= (double)BLOOM_MAX_BITS)) {
-		seterr(errstr, errstr_size, "bloom: %llu keys at rate %g need %.0f bits, "
+		errstr_set(errstr, errstr_size, "bloom: %llu keys at rate %g need %.0f bits, "
 		    "more than 2^40", (unsigned long long)n, p, bits);
 		return NULL;
 	}
@@ -150,14 +135,14 @@ bloom_new(uint64_t n, double p, char *errstr, size_t errstr_size)
 		k = BLOOM_MAX_HASHES;
 
 	if ((b = calloc(1, sizeof(*b))) == NULL) {
-		seterr(errstr, errstr_size, "bloom: out of memory");
+		errstr_set(errstr, errstr_size, "bloom: out of memory");
 		return NULL;
 	}
 	b->m = (uint64_t)bits;
 	b->k = (int)k;
 	nwords = (b->m + 63) / 64;
 	if ((b->words = calloc(nwords, sizeof(uint64_t))) == NULL) {
-		seterr(errstr, errstr_size, "bloom: out of memory for %llu bytes",
+		errstr_set(errstr, errstr_size, "bloom: out of memory for %llu bytes",
 		    (unsigned long long)(nwords * sizeof(uint64_t)));
 		free(b);
 		return NULL;

@@ -3,9 +3,9 @@
  * seed's algorithm with % 62) and sequence (keyed Feistel permutation over
  * AES-256, cycle-walked into [0, 62^n)) strategies. */
 #include "codes.h"
+#include "errstr.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,21 +48,6 @@ codes_init(void)
 #endif
 	if (codes_aes == NULL)
 		codes_aes = EVP_aes_256_ecb();
-}
-
-static void seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void
-seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (errstr == NULL || errstr_size == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(errstr, errstr_size, fmt, ap);
-	va_end(ap);
 }
 
 uint64_t
@@ -179,7 +164,7 @@ codes_random(int length, char *out, char *errstr, size_t errstr_size)
 	if (length < CODES_GEN_MIN || length > CODES_GEN_MAX) {
 		if (out != NULL)
 			out[0] = '\0';
-		seterr(errstr, errstr_size, "random code length %d is not %d..%d",
+		errstr_set(errstr, errstr_size, "random code length %d is not %d..%d",
 		    length, CODES_GEN_MIN, CODES_GEN_MAX);
 		return -1;
 	}
@@ -187,7 +172,7 @@ codes_random(int length, char *out, char *errstr, size_t errstr_size)
 		if (pos == sizeof(buf)) {
 			if (RAND_bytes(buf, (int)sizeof(buf)) != 1) {
 				out[0] = '\0';
-				seterr(errstr, errstr_size, "RAND_bytes failed");
+				errstr_set(errstr, errstr_size, "RAND_bytes failed");
 				return -1;
 			}
 			pos = 0;
@@ -285,7 +270,7 @@ seq_open(struct seq_perm *p, const struct codes_key *key, int length,
 	    EVP_CIPHER_CTX_set_padding(p->ctx, 0) != 1) {
 		EVP_CIPHER_CTX_free(p->ctx);
 		p->ctx = NULL;
-		seterr(errstr, errstr_size, "libcrypto: cannot set up AES-256-ECB");
+		errstr_set(errstr, errstr_size, "libcrypto: cannot set up AES-256-ECB");
 		return -1;
 	}
 	return 0;
@@ -360,7 +345,7 @@ seq_walk(struct seq_perm *p, uint64_t x, int inverse, uint64_t *y,
 
 	do {
 		if (seq_feistel(p, x, inverse, &x) == -1) {
-			seterr(errstr, errstr_size, "libcrypto: AES-256-ECB failed");
+			errstr_set(errstr, errstr_size, "libcrypto: AES-256-ECB failed");
 			return -1;
 		}
 	} while (x >= space);
@@ -379,12 +364,12 @@ codes_seq_encode(const struct codes_key *key, uint64_t counter, int length,
 	if (out != NULL)
 		out[0] = '\0';
 	if (length < CODES_GEN_MIN || length > CODES_GEN_MAX) {
-		seterr(errstr, errstr_size, "sequence code length %d is not %d..%d",
+		errstr_set(errstr, errstr_size, "sequence code length %d is not %d..%d",
 		    length, CODES_GEN_MIN, CODES_GEN_MAX);
 		return -1;
 	}
 	if (counter >= codes_space(length)) {
-		seterr(errstr, errstr_size, "counter %llu does not fit %d characters "
+		errstr_set(errstr, errstr_size, "counter %llu does not fit %d characters "
 		    "(62^%d = %llu codes)", (unsigned long long)counter, length,
 		    length, (unsigned long long)codes_space(length));
 		return -1;
@@ -407,7 +392,7 @@ codes_seq_decode(const struct codes_key *key, const char *code,
 	int rc;
 
 	if (!codes_valid_generated(code) || codes_base62_decode(code, &v) == -1) {
-		seterr(errstr, errstr_size, "not a generated code (1..%d base62 characters)",
+		errstr_set(errstr, errstr_size, "not a generated code (1..%d base62 characters)",
 		    CODES_GEN_MAX);
 		return -1;
 	}
