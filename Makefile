@@ -117,7 +117,7 @@ run: setup
 
 bench: setup
 	$(MAKE) all
-	$(PYTHON) tests/bench.py --bin $(CURDIR)/$(BUILD)/bin
+	$(PYTHON) tests/bench.py --bin $(CURDIR)/$(BUILD)/bin $(BENCH_ARGS)
 
 fuzz: setup $(FUZZERS)
 	@for f in $(FUZZERS); do \

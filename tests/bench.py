@@ -106,17 +106,42 @@ def bench_binaries(bin_dir):
         print(r.stdout.strip(), flush=True)
 
 
+def bench_modules():
+    """Every tests/bench/bench_*.py with a run(bin_dir, work) function, by name."""
+    import importlib.util
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench")
+    mods = []
+    for name in sorted(os.listdir(d)):
+        if name.startswith("bench_") and name.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(d, name))
+            m = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(m)
+            mods.append((name[6:-3], m))
+    return mods
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bin", default=lpstack.BIN)
+    ap.add_argument("--only", action="append", default=[],
+                    help="run only these benches (binaries, api, or a tests/bench/bench_NAME.py)")
     a = ap.parse_args()
     lpstack.BIN = os.path.abspath(a.bin)
     work = tempfile.mkdtemp(prefix="lp-bench-", dir="/tmp")
     os.chmod(work, 0o755)
     try:
         print(f"== linkpulse bench on {os.cpu_count()} cores", flush=True)
-        bench_binaries(lpstack.BIN)
-        bench_api(lpstack.BIN, work)
+        want = set(a.only)
+        if not want or "binaries" in want:
+            bench_binaries(lpstack.BIN)
+        if not want or "api" in want:
+            bench_api(lpstack.BIN, work)
+        for name, mod in bench_modules():
+            if not want or name in want:
+                sub = os.path.join(work, name)
+                os.makedirs(sub, exist_ok=True)
+                os.chmod(sub, 0o755)
+                mod.run(lpstack.BIN, sub)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
