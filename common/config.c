@@ -341,13 +341,79 @@ cfg_usage(const struct cfg_prog *prog, FILE *f)
 	}
 }
 
+/* Applies the -o/--set name=value arguments of argv (argv[i] is restored). */
+static int
+apply_overrides(const struct cfg_prog *prog, void *conf, int argc, char **argv,
+                char *errstr, size_t errstr_size)
+{
+	char why[512];
+
+	for (int i = 1; i < argc; i++) {
+		char *eq;
+		int r;
+
+		if (strcmp(argv[i], "-o") != 0 && strcmp(argv[i], "--set") != 0) {
+			if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0)
+				i++;
+			continue;
+		}
+		if (++i >= argc) {
+			snprintf(errstr, errstr_size, "%s needs an argument", argv[i - 1]);
+			return -1;
+		}
+		if ((eq = strchr(argv[i], '=')) == NULL) {
+			snprintf(errstr, errstr_size, "-o %s: expected name=value", argv[i]);
+			return -1;
+		}
+		*eq = '\0';
+		r = cfg_set(prog, conf, argv[i], eq + 1, why, sizeof(why));
+		*eq = '=';
+		if (r < 0) {
+			snprintf(errstr, errstr_size, "-o %s: %s", argv[i], why);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int
+cfg_reload(const struct cfg_prog *prog, void *conf, const char *path, int argc, char **argv,
+           char *errstr, size_t errstr_size)
+{
+	void *fresh = calloc(1, prog->conf_size);
+	int changed;
+
+	if (fresh == NULL) {
+		snprintf(errstr, errstr_size, "out of memory");
+		log_warnx("config: reload failed, keeping the running configuration: %s", errstr);
+		return -1;
+	}
+	if (cfg_load(prog, fresh, path, errstr, errstr_size) < 0) {
+		free(fresh);
+		log_warnx("config: reload failed, keeping the running configuration: %s", errstr);
+		return -1;
+	}
+	if (apply_overrides(prog, fresh, argc, argv, errstr, errstr_size) < 0) {
+		cfg_free(prog, fresh);
+		free(fresh);
+		log_warnx("config: reload failed, keeping the running configuration: %s", errstr);
+		return -1;
+	}
+	changed = cfg_apply_reload(prog, conf, fresh);
+	cfg_free(prog, fresh);
+	free(fresh);
+	log_info("config: reloaded from %s: %d setting(s) changed", path ? path : "environment",
+	    changed);
+	return changed;
+}
+
 int
 cfg_from_args(const struct cfg_prog *prog, void *conf, int argc, char **argv,
               enum cfg_action *action, const char **config_path,
               char *errstr, size_t errstr_size)
 {
 	const char *path = NULL;
-	char envname[128], why[512];
+	char envname[128];
 	int check = 0;
 
 	*action = CFG_RUN;
@@ -386,28 +452,9 @@ cfg_from_args(const struct cfg_prog *prog, void *conf, int argc, char **argv,
 	}
 	if (cfg_load(prog, conf, path, errstr, errstr_size) < 0)
 		return -1;
-	for (int i = 1; i < argc; i++) {
-		char *eq;
-
-		if (strcmp(argv[i], "-o") != 0 && strcmp(argv[i], "--set") != 0) {
-			if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0)
-				i++;
-			continue;
-		}
-		i++;
-		if ((eq = strchr(argv[i], '=')) == NULL) {
-			snprintf(errstr, errstr_size, "-o %s: expected name=value", argv[i]);
-			cfg_free(prog, conf);
-			return -1;
-		}
-		*eq = '\0';
-		if (cfg_set(prog, conf, argv[i], eq + 1, why, sizeof(why)) < 0) {
-			*eq = '=';
-			snprintf(errstr, errstr_size, "-o %s: %s", argv[i], why);
-			cfg_free(prog, conf);
-			return -1;
-		}
-		*eq = '=';
+	if (apply_overrides(prog, conf, argc, argv, errstr, errstr_size) < 0) {
+		cfg_free(prog, conf);
+		return -1;
 	}
 	if (config_path != NULL)
 		*config_path = path;

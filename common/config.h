@@ -61,6 +61,18 @@ int cfg_set(const struct cfg_prog *prog, void *conf, const char *name,
  * non-reloadable field differs its name is logged as needing a restart. */
 int cfg_apply_reload(const struct cfg_prog *prog, void *dst, const void *src);
 
+/* SIGHUP reload. Reads defaults, path (may be NULL), the environment and
+ * the -o/--set arguments of argv (the argc/argv given to cfg_from_args; 0 and
+ * NULL for none) into a fresh copy and validates all of it. When it is good,
+ * applies only the options marked reload to conf (cfg_apply_reload: changes
+ * logged, a changed non-reloadable option logged as needing a restart) and
+ * returns how many changed. When it is bad, conf is left as it was, the
+ * reason is logged and -1 returns with errstr ("file:line: reason").
+ * Run it on the thread that owns conf; other threads must not be reading
+ * the reloadable fields of conf meanwhile. */
+int cfg_reload(const struct cfg_prog *prog, void *conf, const char *path, int argc, char **argv,
+               char *errstr, size_t errstr_size);
+
 /* Frees the strings conf owns and zeroes it. */
 void cfg_free(const struct cfg_prog *prog, void *conf);
 
