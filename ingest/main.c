@@ -1,12 +1,19 @@
-/* ingest - linkpulse's Kafka -> enrich -> PostgreSQL loader. This version
- * carries the configuration table and lifecycle; the consumer comes with
- * the ingest issue. */
+/* ingest - linkpulse's Kafka -> enrich -> PostgreSQL loader: configuration,
+ * signals and the consume / batch / load loop (one batch loading while the
+ * next is built), with recovery from PostgreSQL failures and lost offsets. */
+#include "batch.h"
 #include "config.h"
+#include "consumer.h"
+#include "enrich.h"
+#include "loader.h"
 #include "log.h"
+#include "stats.h"
 
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
 
 struct ingest_conf {
 	char *pg_dsn;
@@ -20,6 +27,8 @@ struct ingest_conf {
 	long long metrics_port;
 	long long batch_max_events;
 	long long batch_max_ms;
+	long long kafka_session_timeout_ms;
+	long long ua_cache_entries;
 	char *log_level;
 	char *log_format;
 };
@@ -40,43 +49,368 @@ static const struct cfg_opt ingest_tab[] = {
 	{ "metrics_port", CFG_INT, "9101", 1, 65535, NULL, OFF(metrics_port), 0, "port of /metrics and /healthz" },
 	{ "batch_max_events", CFG_INT, "5000", 1, 1000000, NULL, OFF(batch_max_events), 1, "close a batch at this many events" },
 	{ "batch_max_ms", CFG_INT, "500", 1, 600000, NULL, OFF(batch_max_ms), 1, "close a batch after this long" },
+	{ "kafka_session_timeout_ms", CFG_INT, "10000", 1000, 300000, NULL, OFF(kafka_session_timeout_ms), 0,
+	  "consumer group session timeout (a killed ingest's partitions move after this)" },
+	{ "ua_cache_entries", CFG_INT, "100000", 0, 10000000, NULL, OFF(ua_cache_entries), 0,
+	  "user-agent parse cache size (0: no cache)" },
 	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", OFF(log_level), 1, "log level" },
 	{ "log_format", CFG_ENUM, "logfmt", 0, 0, "logfmt|json", OFF(log_format), 1, "log line format" },
 	CFG_END
 };
+
 
 static const struct cfg_prog ingest_prog = {
 	"ingest", "linkpulse ingest: Kafka visit events -> enrichment -> PostgreSQL (COPY), exactly once.",
 	"LINKPULSE_", ingest_tab, sizeof(struct ingest_conf)
 };
 
+struct app {
+	struct ingest_conf conf;
+	struct enricher *enr;
+	struct loader *loader;
+	struct consumer *cons;
+	struct batch batches[2]; /* batches[cur] is being built; the other may be loading */
+	int cur;
+	int inflight;            /* batches[!cur] is with the loader */
+	int failed;              /* a load failed: drop, reconnect, re-seek */
+};
+
+static volatile sig_atomic_t stop_flag;
+
+static void
+on_signal(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+static int64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+account(struct app *a, const struct batch *b, const struct loader_result *res)
+{
+	stats_add_batch(b->messages, res->inserted, res->duplicates, res->rejects);
+	for (int32_t i = 0; i < b->ntouched; i++)
+		consumer_update_lag(a->cons, b->touched[i], b->next_offset[b->touched[i]]);
+	if (res->rejects)
+		log_warnx("batch: %zu messages, %llu rejected into visit_reject", b->messages,
+		    (unsigned long long)res->rejects);
+	log_debug("batch committed: %zu messages, %llu rows, %llu duplicates, %llu rejects",
+	    b->messages, (unsigned long long)res->inserted, (unsigned long long)res->duplicates,
+	    (unsigned long long)res->rejects);
+}
+
+static void
+load_failed(struct app *a, const struct batch *b, const char *err)
+{
+	stats_add_failure();
+	log_error("batch of %zu messages rolled back, nothing stored: %s; retrying from the "
+	    "stored offsets", b->messages, err);
+	a->failed = 1;
+}
+
+/* Collects the batch being loaded, if any. */
+static void
+finish_inflight(struct app *a)
+{
+	struct batch *b = &a->batches[!a->cur];
+	struct loader_result res;
+	char err[512];
+
+	if (!a->inflight)
+		return;
+	if (loader_wait(a->loader, &res, err, sizeof(err)) == 0)
+		account(a, b, &res);
+	else
+		load_failed(a, b, err);
+	a->inflight = 0;
+	batch_reset(b);
+}
+
+/* Hands the batch being built to the loader and starts a new one. */
+static void
+submit(struct app *a)
+{
+	finish_inflight(a);
+	if (a->failed)
+		return;
+	loader_submit(a->loader, &a->batches[a->cur]);
+	a->inflight = 1;
+	a->cur = !a->cur;
+}
+
+/* Finishes everything taken so far: the batch loading and the one being
+ * built (loaded synchronously). Dropped instead after a failure. */
+static void
+drain(void *ctx)
+{
+	struct app *a = ctx;
+	struct batch *b = &a->batches[a->cur];
+	struct loader_result res;
+	char err[512];
+
+	finish_inflight(a);
+	if (!a->failed && b->messages > 0) {
+		if (loader_load(a->loader, b, &res, err, sizeof(err)) == 0)
+			account(a, b, &res);
+		else
+			load_failed(a, b, err);
+	}
+	batch_reset(b);
+}
+
+/* Sleeps about ms while keeping the consumer polled (messages dropped: a
+ * re-seek follows). */
+static void
+idle_poll(struct app *a, int ms)
+{
+	int64_t end = now_ms() + ms;
+
+	while (!stop_flag && now_ms() < end) {
+		rd_kafka_message_t *m = consumer_poll(a->cons, 100);
+		if (m)
+			rd_kafka_message_destroy(m);
+	}
+}
+
+/* After a failed load: reconnect with backoff, then re-seek every assigned
+ * partition to the offsets stored in PostgreSQL. */
+static void
+recover(struct app *a)
+{
+	int backoff = 200;
+	char err[512];
+
+	batch_reset(&a->batches[a->cur]);
+	finish_inflight(a);
+	batch_reset(&a->batches[a->cur]);
+	while (!stop_flag && loader_connect(a->loader, err, sizeof(err)) < 0) {
+		log_error("PostgreSQL unavailable: %s; retrying in %d ms", err, backoff);
+		idle_poll(a, backoff);
+		backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+	}
+	if (stop_flag)
+		return;
+	a->failed = 0;
+	if (consumer_reseek(a->cons) < 0)
+		return;
+	log_info("recovered: loading again from the stored offsets");
+}
+
+/* The broker no longer has the offset we need: record the range in
+ * ingest_lost (and log it at error level), then resume where data exists. */
+static void
+out_of_range(struct app *a, int32_t p, int64_t at, const char *what)
+{
+	int64_t from, low, high, to, resume;
+	char reason[512], err[512];
+
+	drain(a);
+	if (a->failed)
+		return;
+	from = consumer_expected(a->cons, p);
+	if (from < 0)
+		from = at;
+	if (consumer_watermarks(a->cons, p, &low, &high, err, sizeof(err)) < 0) {
+		log_error("offset %lld of partition %d out of range and %s", (long long)from, p, err);
+		idle_poll(a, 1000);
+		consumer_reseek(a->cons);
+		return;
+	}
+	if (from < low) {
+		to = resume = low;
+		snprintf(reason, sizeof(reason), "%s: offsets %lld..%lld no longer on the broker "
+		    "(retention); resumed at %lld", what, (long long)from, (long long)low - 1,
+		    (long long)low);
+	} else if (from > high) {
+		to = -1;
+		resume = low;
+		snprintf(reason, sizeof(reason), "%s: stored offset %lld beyond the end %lld "
+		    "(topic recreated or truncated?); resumed at %lld", what, (long long)from,
+		    (long long)high, (long long)low);
+	} else {
+		log_warnx("partition %d: out of range at %lld, but the broker has %lld..%lld; "
+		    "re-seeking", p, (long long)from, (long long)low, (long long)high);
+		consumer_reseek(a->cons);
+		return;
+	}
+	log_error("LOST EVENTS: topic %s partition %d: %s", a->conf.kafka_topic, p, reason);
+	if (loader_record_lost(a->loader, p, from, to, resume, reason, err, sizeof(err)) < 0) {
+		log_error("recording the lost range: %s", err);
+		a->failed = 1;
+		return;
+	}
+	stats_add_lost();
+	consumer_reseek(a->cons);
+}
+
+static void
+handle_message(struct app *a, rd_kafka_message_t *m)
+{
+	struct batch *b = &a->batches[a->cur];
+	char err[512];
+	int64_t exp;
+
+	if (m->err) {
+		if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+		    m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE)
+			out_of_range(a, m->partition, m->offset, rd_kafka_message_errstr(m));
+		else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			log_warnx("kafka: %s", rd_kafka_message_errstr(m));
+		return;
+	}
+	exp = consumer_expected(a->cons, m->partition);
+	if (exp < 0 || m->offset < exp) {
+		log_debug("dropping stale message partition %d offset %lld (expected %lld)",
+		    m->partition, (long long)m->offset, (long long)exp);
+		return;
+	}
+	if (m->offset > exp)
+		log_warnx("partition %d: offsets %lld..%lld skipped by the broker (compaction or "
+		    "transaction markers)", m->partition, (long long)exp, (long long)m->offset - 1);
+	if (b->messages == 0)
+		b->opened_ms = now_ms();
+	if (batch_add(b, a->enr, m->partition, m->offset, m->payload, m->len, err,
+	    sizeof(err)) < 0) {
+		log_error("partition %d offset %lld: %s", m->partition, (long long)m->offset, err);
+		stats_add_failure();
+		a->failed = 1;
+		return;
+	}
+	consumer_set_expected(a->cons, m->partition, m->offset + 1);
+}
+
+static void
+log_progress(int64_t *last)
+{
+	struct ingest_stats st;
+	int64_t t = now_ms();
+
+	if (t - *last < 10000)
+		return;
+	*last = t;
+	stats_get(&st);
+	log_info("messages=%llu rows=%llu duplicates=%llu rejects=%llu batches=%llu failures=%llu "
+	    "lost_ranges=%llu lag=%lld", (unsigned long long)st.messages,
+	    (unsigned long long)st.rows_loaded, (unsigned long long)st.duplicates,
+	    (unsigned long long)st.rejects, (unsigned long long)st.batches,
+	    (unsigned long long)st.batch_failures, (unsigned long long)st.lost_ranges,
+	    (long long)st.lag_total);
+}
+
+static void
+run(struct app *a)
+{
+	int64_t last_log = now_ms();
+
+	while (!stop_flag) {
+		struct batch *b;
+		rd_kafka_message_t *m;
+
+		if (a->failed) {
+			recover(a);
+			continue;
+		}
+		if ((m = consumer_poll(a->cons, a->inflight ? 5 : 100)) != NULL) {
+			handle_message(a, m);
+			rd_kafka_message_destroy(m);
+		}
+		b = &a->batches[a->cur];
+		if (b->messages > 0 && !a->failed &&
+		    ((long long)b->messages >= a->conf.batch_max_events ||
+		    now_ms() - b->opened_ms >= a->conf.batch_max_ms))
+			submit(a);
+		else if (a->inflight && loader_done(a->loader))
+			finish_inflight(a);
+		log_progress(&last_log);
+	}
+}
+
 int
 main(int argc, char **argv)
 {
-	struct ingest_conf conf;
+	struct app a;
+	struct consumer_conf cc;
 	enum cfg_action action;
 	char errstr[512];
-	sigset_t set;
-	int sig;
+	struct sigaction sa;
+	int rc = 0;
 
-	if (cfg_from_args(&ingest_prog, &conf, argc, argv, &action, NULL, errstr, sizeof(errstr)) < 0) {
+	memset(&a, 0, sizeof(a));
+	if (cfg_from_args(&ingest_prog, &a.conf, argc, argv, &action, NULL, errstr,
+	    sizeof(errstr)) < 0) {
 		fprintf(stderr, "ingest: %s\n", errstr);
 		return 2;
 	}
 	if (action == CFG_EXIT_OK)
 		return 0;
-	if (log_init("ingest", conf.log_level, conf.log_format, errstr, sizeof(errstr)) < 0) {
+	if (log_init("ingest", a.conf.log_level, a.conf.log_format, errstr, sizeof(errstr)) < 0) {
 		fprintf(stderr, "ingest: %s\n", errstr);
-		cfg_free(&ingest_prog, &conf);
+		cfg_free(&ingest_prog, &a.conf);
 		return 2;
 	}
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	log_warnx("the Kafka consumer is not implemented yet: events stay in topic %s", conf.kafka_topic);
-	sigwait(&set, &sig);
-	log_info("stopped");
-	cfg_free(&ingest_prog, &conf);
-	return 0;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	batch_init(&a.batches[0]);
+	batch_init(&a.batches[1]);
+
+	if ((a.enr = enrich_new(a.conf.geoip_city_db, a.conf.geoip_isp_db, a.conf.geoip_locale,
+	    a.conf.uap_regexes, (size_t)a.conf.ua_cache_entries, errstr, sizeof(errstr))) == NULL) {
+		log_fatalx("enrichment: %s", errstr);
+		rc = 1;
+		goto out;
+	}
+	if ((a.loader = loader_new(a.conf.pg_dsn, a.conf.kafka_group, a.conf.kafka_topic, errstr,
+	    sizeof(errstr))) == NULL) {
+		log_fatalx("loader: %s", errstr);
+		rc = 1;
+		goto out;
+	}
+	if (loader_connect(a.loader, errstr, sizeof(errstr)) < 0)
+		log_error("PostgreSQL: %s (retrying when partitions are assigned)", errstr);
+	memset(&cc, 0, sizeof(cc));
+	cc.bootstrap = a.conf.kafka_bootstrap;
+	cc.topic = a.conf.kafka_topic;
+	cc.group = a.conf.kafka_group;
+	cc.session_timeout_ms = (int)a.conf.kafka_session_timeout_ms;
+	cc.stop = &stop_flag;
+	cc.drain = drain;
+	cc.ctx = &a;
+	if ((a.cons = consumer_new(&cc, a.loader, errstr, sizeof(errstr))) == NULL) {
+		log_fatalx("kafka consumer: %s", errstr);
+		rc = 1;
+		goto out;
+	}
+	log_info("consuming %s as group %s; batches of up to %lld events or %lld ms",
+	    a.conf.kafka_topic, a.conf.kafka_group, a.conf.batch_max_events, a.conf.batch_max_ms);
+	run(&a);
+	log_info("stopping: finishing the current batch");
+	drain(&a);
+out:
+	consumer_close(a.cons);
+	loader_free(a.loader);
+	enrich_free(a.enr);
+	batch_free(&a.batches[0]);
+	batch_free(&a.batches[1]);
+	{
+		struct ingest_stats st;
+		stats_get(&st);
+		log_info("stopped: messages=%llu rows=%llu duplicates=%llu rejects=%llu batches=%llu",
+		    (unsigned long long)st.messages, (unsigned long long)st.rows_loaded,
+		    (unsigned long long)st.duplicates, (unsigned long long)st.rejects,
+		    (unsigned long long)st.batches);
+	}
+	cfg_free(&ingest_prog, &a.conf);
+	return rc;
 }

@@ -1,0 +1,70 @@
+/* batch.h - one ingest batch: the COPY text rows of visit_record built from
+ * consumed messages, the rejected messages, the next offset of each partition
+ * touched and the UTC months whose partitions must exist. */
+#ifndef LP_INGEST_BATCH_H
+#define LP_INGEST_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "enrich.h"
+
+/* Columns of visit_record filled by COPY, in row order. */
+#define BATCH_COPY_COLUMNS \
+	"id, url_link_id, unique_code, client_id, client_ip, visit_time, http_status, " \
+	"user_agent, referer, referer_host, accept_language, language, host, query_string, " \
+	"country_code, country, province, city, isp, asn, browser_type, browser_version, " \
+	"os_type, os_version, device_type, device_family, device_brand, device_model, is_bot"
+
+/* A message that failed validation. raw and reason are owned by the batch. */
+struct batch_reject {
+	int32_t partition;
+	int64_t offset;
+	unsigned char *raw;
+	size_t raw_len;
+	char *reason;
+};
+
+struct batch {
+	char *copy;                 /* owned: COPY text format rows */
+	size_t copy_len, copy_cap;
+	size_t rows;                /* rows in copy */
+	size_t messages;            /* messages taken (rows + rejects) */
+	struct batch_reject *rejects; /* owned array */
+	size_t nrejects, rejects_cap;
+	int64_t *next_offset;       /* owned, indexed by partition; -1 untouched */
+	int32_t nparts;             /* length of next_offset */
+	int32_t *touched;           /* owned: partitions with next_offset set */
+	int32_t ntouched;
+	int32_t *months;            /* owned: year * 12 + month - 1, distinct */
+	size_t nmonths, months_cap;
+	int64_t opened_ms;          /* monotonic ms when the first message came */
+};
+
+/* Zeroes b (an empty batch owning nothing yet). */
+void batch_init(struct batch *b);
+/* Empties b, keeping its buffers for reuse. */
+void batch_reset(struct batch *b);
+/* Frees what b owns. */
+void batch_free(struct batch *b);
+
+/* Takes one message (value len bytes at payload, may be NULL) of
+ * partition/offset: parses, validates and enriches it, then appends a COPY row
+ * or a reject. Records offset + 1 as the partition's next offset. Returns 1
+ * for a row, 0 for a reject, -1 when out of memory or enrichment fails
+ * (errstr set; the batch is then unchanged but for possibly grown buffers). */
+int batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t offset,
+              const void *payload, size_t len, char *errstr, size_t errstr_size);
+
+/* Records the next offset of partition without a message (e.g. skipping). */
+int batch_set_offset(struct batch *b, int32_t partition, int64_t next_offset);
+
+/* Appends one field in COPY text format (backslash, tab, newline, CR escaped;
+ * NULL s writes \N). Exposed for the unit test. Returns 0 or -1 (no memory). */
+int batch_put_text(struct batch *b, const char *s, size_t len);
+
+/* Formats microseconds since the epoch as "YYYY-MM-DD HH:MM:SS.uuuuuu+00"
+ * into out (at least 32 bytes); *month receives year * 12 + month - 1. */
+void batch_format_ts(long long us, char *out, size_t out_size, int32_t *month);
+
+#endif

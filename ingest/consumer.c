@@ -1,0 +1,269 @@
+/* consumer.c - librdkafka consumer group member (style of kcat): eager
+ * rebalance callback that assigns at the offsets stored in PostgreSQL (no row:
+ * offset 0, so anything the broker dropped is reported, not skipped). */
+#include "consumer.h"
+
+#include "errstr.h"
+#include "log.h"
+#include "stats.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct consumer {
+	rd_kafka_t *rk;
+	struct loader *loader;
+	char *topic;
+	volatile sig_atomic_t *stop;
+	void (*drain)(void *ctx);
+	void *ctx;
+	int64_t *expected;  /* indexed by partition, -1 unassigned */
+	int32_t nexpected;
+};
+
+static void
+sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+void
+consumer_set_expected(struct consumer *c, int32_t partition, int64_t next)
+{
+	if (partition < 0)
+		return;
+	if (partition >= c->nexpected) {
+		int32_t n = c->nexpected ? c->nexpected : 64;
+		int64_t *e;
+
+		while (n <= partition)
+			n *= 2;
+		if ((e = realloc(c->expected, (size_t)n * sizeof(*e))) == NULL)
+			return;
+		for (int32_t i = c->nexpected; i < n; i++)
+			e[i] = -1;
+		c->expected = e;
+		c->nexpected = n;
+	}
+	c->expected[partition] = next;
+}
+
+int64_t
+consumer_expected(struct consumer *c, int32_t partition)
+{
+	if (partition < 0 || partition >= c->nexpected)
+		return -1;
+	return c->expected[partition];
+}
+
+/* Sets every partition of parts to its stored offset (0 without a row),
+ * retrying PostgreSQL with backoff. Returns 0, or -1 when stopped first. */
+static int
+fill_stored_offsets(struct consumer *c, rd_kafka_topic_partition_list_t *parts)
+{
+	int32_t *ids = NULL;
+	int64_t *offs = NULL;
+	int n = parts->cnt, backoff = 100, rc = -1;
+	char err[512];
+
+	if (n == 0)
+		return 0;
+	ids = calloc((size_t)n, sizeof(*ids));
+	offs = calloc((size_t)n, sizeof(*offs));
+	if (ids == NULL || offs == NULL)
+		goto out;
+	for (int i = 0; i < n; i++)
+		ids[i] = parts->elems[i].partition;
+	while (loader_read_offsets(c->loader, ids, n, offs, err, sizeof(err)) < 0) {
+		if (*c->stop)
+			goto out;
+		log_error("reading stored offsets: %s; retrying in %d ms", err, backoff);
+		sleep_ms(backoff);
+		backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+	}
+	for (int i = 0; i < n; i++) {
+		int64_t o = offs[i] < 0 ? 0 : offs[i];
+		parts->elems[i].offset = o;
+		consumer_set_expected(c, ids[i], o);
+	}
+	rc = 0;
+out:
+	free(ids);
+	free(offs);
+	return rc;
+}
+
+static void
+rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
+             void *opaque)
+{
+	struct consumer *c = opaque;
+
+	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+		if (fill_stored_offsets(c, parts) < 0) {
+			log_warnx("stopping: not assigning %d partitions", parts->cnt);
+			rd_kafka_assign(rk, NULL);
+			return;
+		}
+		log_info("assigned %d partitions of %s at their stored offsets", parts->cnt, c->topic);
+		rd_kafka_assign(rk, parts);
+	} else {
+		if (c->drain)
+			c->drain(c->ctx);
+		for (int i = 0; i < parts->cnt; i++)
+			consumer_set_expected(c, parts->elems[i].partition, -1);
+		log_info("revoked %d partitions (%s)", parts->cnt, rd_kafka_err2str(err));
+		rd_kafka_assign(rk, NULL);
+	}
+}
+
+static void
+log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+	(void)rk;
+	if (level <= 3)
+		log_error("kafka %s: %s", fac, buf);
+	else if (level <= 4)
+		log_warnx("kafka %s: %s", fac, buf);
+	else
+		log_debug("kafka %s: %s", fac, buf);
+}
+
+static int
+set(rd_kafka_conf_t *kc, const char *k, const char *v, char *errstr, size_t errstr_size)
+{
+	if (rd_kafka_conf_set(kc, k, v, errstr, errstr_size) != RD_KAFKA_CONF_OK)
+		return -1;
+	return 0;
+}
+
+struct consumer *
+consumer_new(const struct consumer_conf *cc, struct loader *loader, char *errstr,
+             size_t errstr_size)
+{
+	struct consumer *c = calloc(1, sizeof(*c));
+	rd_kafka_conf_t *kc;
+	rd_kafka_topic_partition_list_t *sub;
+	rd_kafka_resp_err_t err;
+	char num[24];
+
+	if (c == NULL || (c->topic = strdup(cc->topic)) == NULL) {
+		free(c);
+		errstr_set(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	c->loader = loader;
+	c->stop = cc->stop;
+	c->drain = cc->drain;
+	c->ctx = cc->ctx;
+	kc = rd_kafka_conf_new();
+	snprintf(num, sizeof(num), "%d", cc->session_timeout_ms);
+	if (set(kc, "bootstrap.servers", cc->bootstrap, errstr, errstr_size) < 0 ||
+	    set(kc, "group.id", cc->group, errstr, errstr_size) < 0 ||
+	    set(kc, "client.id", "linkpulse-ingest", errstr, errstr_size) < 0 ||
+	    set(kc, "enable.auto.commit", "false", errstr, errstr_size) < 0 ||
+	    set(kc, "enable.auto.offset.store", "false", errstr, errstr_size) < 0 ||
+	    /* out of range is reported to us (then recorded in ingest_lost) */
+	    set(kc, "auto.offset.reset", "error", errstr, errstr_size) < 0 ||
+	    set(kc, "session.timeout.ms", num, errstr, errstr_size) < 0 ||
+	    set(kc, "enable.partition.eof", "false", errstr, errstr_size) < 0 ||
+	    set(kc, "fetch.wait.max.ms", "100", errstr, errstr_size) < 0 ||
+	    set(kc, "queued.max.messages.kbytes", "131072", errstr, errstr_size) < 0) {
+		rd_kafka_conf_destroy(kc);
+		free(c->topic);
+		free(c);
+		return NULL;
+	}
+	rd_kafka_conf_set_log_cb(kc, log_cb);
+	rd_kafka_conf_set_rebalance_cb(kc, rebalance_cb);
+	rd_kafka_conf_set_opaque(kc, c);
+	if ((c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, errstr, errstr_size)) == NULL) {
+		rd_kafka_conf_destroy(kc);
+		free(c->topic);
+		free(c);
+		return NULL;
+	}
+	rd_kafka_poll_set_consumer(c->rk);
+	sub = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(sub, cc->topic, RD_KAFKA_PARTITION_UA);
+	err = rd_kafka_subscribe(c->rk, sub);
+	rd_kafka_topic_partition_list_destroy(sub);
+	if (err) {
+		errstr_set(errstr, errstr_size, "subscribe %s: %s", cc->topic, rd_kafka_err2str(err));
+		rd_kafka_destroy(c->rk);
+		free(c->topic);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+rd_kafka_message_t *
+consumer_poll(struct consumer *c, int timeout_ms)
+{
+	return rd_kafka_consumer_poll(c->rk, timeout_ms);
+}
+
+int
+consumer_reseek(struct consumer *c)
+{
+	rd_kafka_topic_partition_list_t *parts = NULL;
+	rd_kafka_resp_err_t err;
+
+	if (c->drain)
+		c->drain(c->ctx);
+	if ((err = rd_kafka_assignment(c->rk, &parts)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		log_error("reading the assignment: %s", rd_kafka_err2str(err));
+		return -1;
+	}
+	if (fill_stored_offsets(c, parts) < 0) {
+		rd_kafka_topic_partition_list_destroy(parts);
+		return -1;
+	}
+	rd_kafka_assign(c->rk, NULL);
+	if ((err = rd_kafka_assign(c->rk, parts)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		log_error("re-assigning %d partitions: %s", parts->cnt, rd_kafka_err2str(err));
+	else
+		log_info("re-assigned %d partitions at their stored offsets", parts->cnt);
+	rd_kafka_topic_partition_list_destroy(parts);
+	return 0;
+}
+
+int
+consumer_watermarks(struct consumer *c, int32_t partition, int64_t *low, int64_t *high,
+                    char *errstr, size_t errstr_size)
+{
+	rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(c->rk, c->topic, partition,
+	    low, high, 5000);
+
+	if (err) {
+		errstr_set(errstr, errstr_size, "watermarks of %s [%d]: %s", c->topic, partition,
+		    rd_kafka_err2str(err));
+		return -1;
+	}
+	return 0;
+}
+
+void
+consumer_update_lag(struct consumer *c, int32_t partition, int64_t next)
+{
+	int64_t low, high;
+
+	if (rd_kafka_get_watermark_offsets(c->rk, c->topic, partition, &low, &high) ==
+	    RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
+		stats_set_lag(partition, high > next ? high - next : 0);
+}
+
+void
+consumer_close(struct consumer *c)
+{
+	if (c == NULL)
+		return;
+	rd_kafka_consumer_close(c->rk);
+	rd_kafka_destroy(c->rk);
+	free(c->expected);
+	free(c->topic);
+	free(c);
+}

@@ -1,0 +1,58 @@
+/* consumer.h - the visits topic consumer (librdkafka high-level consumer in a
+ * group, auto commit off): on assignment it seeks to the offsets stored in
+ * PostgreSQL, on revocation it lets the caller finish its batch first. */
+#ifndef LP_INGEST_CONSUMER_H
+#define LP_INGEST_CONSUMER_H
+
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loader.h"
+
+struct consumer;
+
+struct consumer_conf {
+	const char *bootstrap;       /* borrowed for the call */
+	const char *topic;
+	const char *group;
+	int session_timeout_ms;
+	volatile sig_atomic_t *stop; /* borrowed: set to stop waiting for PostgreSQL */
+	/* Called (in the polling thread) before partitions are revoked and
+	 * before a re-seek: the caller finishes or drops its current batch. */
+	void (*drain)(void *ctx);
+	void *ctx;
+};
+
+/* Creates the consumer and subscribes to the topic. loader is borrowed (it
+ * must outlive the consumer) and used for stored offsets. Returns a consumer
+ * the caller owns (consumer_free), or NULL with errstr set. */
+struct consumer *consumer_new(const struct consumer_conf *cc, struct loader *loader,
+                              char *errstr, size_t errstr_size);
+
+/* Polls one message or event (rebalances run inside). Returns a message the
+ * caller destroys with rd_kafka_message_destroy, or NULL on timeout. */
+rd_kafka_message_t *consumer_poll(struct consumer *c, int timeout_ms);
+
+/* The next offset the consumer expects on partition (stored offset at
+ * assignment, then last message + 1); -1 when the partition is not assigned. */
+int64_t consumer_expected(struct consumer *c, int32_t partition);
+void consumer_set_expected(struct consumer *c, int32_t partition, int64_t next);
+
+/* Reads the stored offsets of every assigned partition from PostgreSQL
+ * (retrying with backoff until it succeeds or *stop) and re-assigns them
+ * there, discarding whatever was fetched. Returns 0, or -1 when stopped. */
+int consumer_reseek(struct consumer *c);
+
+/* Low and high watermarks of partition asked from the broker. Returns 0 or -1. */
+int consumer_watermarks(struct consumer *c, int32_t partition, int64_t *low, int64_t *high,
+                        char *errstr, size_t errstr_size);
+/* Publishes high watermark - next for partition into the stats (cached
+ * watermarks, no broker round trip). */
+void consumer_update_lag(struct consumer *c, int32_t partition, int64_t next);
+
+/* Leaves the group (revocation runs the drain hook) and frees c. */
+void consumer_close(struct consumer *c);
+
+#endif

@@ -1,0 +1,208 @@
+/* enrich.c - derived visit columns: GeoIP, user agent, client_id, referer host
+ * (libcurl CURLU) and the primary Accept-Language tag. */
+#include "enrich.h"
+
+#include "errstr.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct enricher {
+	struct geo_db *geo;
+	struct ua_parser *ua;
+	CURLU *url;
+};
+
+struct enricher *
+enrich_new(const char *city_path, const char *isp_path, const char *locale,
+           const char *uap_regexes, size_t ua_cache_entries, char *errstr, size_t errstr_size)
+{
+	struct enricher *e;
+
+	if ((e = calloc(1, sizeof(*e))) == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	if ((e->geo = geo_open(city_path, isp_path, locale, errstr, errstr_size)) == NULL)
+		goto fail;
+	if ((e->ua = ua_parser_new(uap_regexes, ua_cache_entries, errstr, errstr_size)) == NULL)
+		goto fail;
+	if ((e->url = curl_url()) == NULL) {
+		errstr_set(errstr, errstr_size, "curl_url: out of memory");
+		goto fail;
+	}
+	return e;
+fail:
+	enrich_free(e);
+	return NULL;
+}
+
+void
+enrich_free(struct enricher *e)
+{
+	if (e == NULL)
+		return;
+	geo_close(e->geo);
+	ua_parser_free(e->ua);
+	if (e->url)
+		curl_url_cleanup(e->url);
+	free(e);
+}
+
+void
+enrich_ua_stats(struct enricher *e, struct ua_stats *st)
+{
+	ua_parser_stats(e->ua, st);
+}
+
+/* "major.minor.patch" of the parts present, stopping at the first absent one. */
+static void
+join_version(char *out, size_t size, const char *major, const char *minor, const char *patch)
+{
+	const char *parts[3] = { major, minor, patch };
+	size_t n = 0;
+
+	out[0] = '\0';
+	for (int i = 0; i < 3 && parts[i][0]; i++) {
+		int w = snprintf(out + n, size - n, "%s%s", i ? "." : "", parts[i]);
+		if (w < 0 || (size_t)w >= size - n)
+			break;
+		n += (size_t)w;
+	}
+}
+
+static void
+lower_copy(char *out, size_t out_size, const char *s, size_t len)
+{
+	size_t i;
+
+	if (len >= out_size)
+		len = out_size - 1;
+	for (i = 0; i < len; i++) {
+		char c = s[i];
+		out[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+	}
+	out[i] = '\0';
+}
+
+void
+enrich_referer_host(struct enricher *e, const char *url, char *out, size_t out_size)
+{
+	char *host = NULL;
+
+	out[0] = '\0';
+	if (url == NULL || *url == '\0' || strlen(url) > 8192)
+		return;
+	if (curl_url_set(e->url, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK)
+		return;
+	if (curl_url_get(e->url, CURLUPART_HOST, &host, 0) != CURLUE_OK || host == NULL)
+		return;
+	if (strlen(host) < out_size)
+		lower_copy(out, out_size, host, strlen(host));
+	curl_free(host);
+}
+
+/* A language range is letters, digits and '-', 1..35 characters. */
+static int
+tag_ok(const char *s, size_t len)
+{
+	if (len == 0 || len > 35)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		    (c >= '0' && c <= '9') || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+/* q of a parameter list ";q=0.8;x=y"; 1.0 when absent, -1 when unparsable. */
+static double
+parse_q(const char *p, const char *end)
+{
+	while (p < end) {
+		const char *semi = memchr(p, ';', (size_t)(end - p));
+		const char *s = p, *e = semi ? semi : end;
+		while (s < e && (*s == ' ' || *s == '\t'))
+			s++;
+		if (e - s >= 2 && (s[0] == 'q' || s[0] == 'Q') && s[1] == '=') {
+			char buf[16];
+			size_t n = (size_t)(e - s - 2);
+			char *stop;
+			double q;
+
+			while (n > 0 && (s[2 + n - 1] == ' ' || s[2 + n - 1] == '\t'))
+				n--;
+			if (n == 0 || n >= sizeof(buf))
+				return -1;
+			memcpy(buf, s + 2, n);
+			buf[n] = '\0';
+			q = strtod(buf, &stop);
+			if (*stop != '\0' || q < 0 || q > 1)
+				return -1;
+			return q;
+		}
+		p = semi ? semi + 1 : end;
+	}
+	return 1.0;
+}
+
+void
+enrich_language(const char *al, char *out, size_t out_size)
+{
+	double best = 0;
+	const char *p = al;
+
+	out[0] = '\0';
+	if (al == NULL)
+		return;
+	while (*p) {
+		const char *comma = strchr(p, ',');
+		const char *end = comma ? comma : p + strlen(p);
+		const char *semi = memchr(p, ';', (size_t)(end - p));
+		const char *ts = p, *te = semi ? semi : end;
+		double q;
+
+		while (ts < te && (*ts == ' ' || *ts == '\t'))
+			ts++;
+		while (te > ts && (te[-1] == ' ' || te[-1] == '\t'))
+			te--;
+		q = semi ? parse_q(semi + 1, end) : 1.0;
+		if (q > best && tag_ok(ts, (size_t)(te - ts)) && (size_t)(te - ts) < out_size) {
+			best = q;
+			lower_copy(out, out_size, ts, (size_t)(te - ts));
+		}
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+}
+
+int
+enrich_event(struct enricher *e, const struct event *ev, struct enrich_row *out,
+             char *errstr, size_t errstr_size)
+{
+	const char *cls = geo_addr_class(ev->ip);
+
+	out->ip_valid = !(cls && strcmp(cls, "invalid") == 0);
+	if (geo_lookup(e->geo, ev->ip, &out->geo) < 0) {
+		errstr_set(errstr, errstr_size, "GeoIP lookup of %s: %s", ev->ip,
+		    out->geo.err ? out->geo.err : "error");
+		return -1;
+	}
+	ua_parse(e->ua, ev->user_agent, ev->user_agent_len, &out->ua);
+	join_version(out->browser_version, sizeof(out->browser_version), out->ua.browser.major,
+	    out->ua.browser.minor, out->ua.browser.patch);
+	join_version(out->os_version, sizeof(out->os_version), out->ua.os.major,
+	    out->ua.os.minor, out->ua.os.patch);
+	if (digest_client_id(ev->ip, ev->user_agent, out->client_id) < 0) {
+		errstr_set(errstr, errstr_size, "SHA-1 failed (libcrypto)");
+		return -1;
+	}
+	enrich_referer_host(e, ev->referer, out->referer_host, sizeof(out->referer_host));
+	enrich_language(ev->accept_language, out->language, sizeof(out->language));
+	return 0;
+}

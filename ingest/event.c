@@ -1,0 +1,201 @@
+/* event.c - visit event v1 validation: every field of
+ * schemas/visit_event.schema.json is checked (presence, type, bounds, no
+ * unknown fields) so that a bad event is rejected, never loaded half-right. */
+#include "event.h"
+
+#include "errstr.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum ftype { F_INT, F_STR, F_STR_NULL, F_INT_NULL };
+
+struct field {
+	const char *name;
+	enum ftype type;
+	size_t max_chars; /* strings: maxLength in characters (0: none) */
+};
+
+/* The schema's properties, "v" first (checked before anything else). */
+static const struct field fields[] = {
+	{ "v", F_INT, 0 },
+	{ "id", F_INT, 0 },
+	{ "ts", F_INT, 0 },
+	{ "code", F_STR, 64 },
+	{ "link_id", F_INT_NULL, 0 },
+	{ "status", F_INT, 0 },
+	{ "ip", F_STR, 64 },
+	{ "user_agent", F_STR_NULL, 8192 },
+	{ "referer", F_STR_NULL, 8192 },
+	{ "accept_language", F_STR_NULL, 1024 },
+	{ "host", F_STR_NULL, 1024 },
+	{ "query", F_STR_NULL, 8192 },
+};
+#define NFIELDS (sizeof(fields) / sizeof(fields[0]))
+
+static const char *
+type_name(enum ftype t)
+{
+	switch (t) {
+	case F_INT: return "integer";
+	case F_STR: return "string";
+	case F_STR_NULL: return "string or null";
+	case F_INT_NULL: return "integer or null";
+	}
+	return "?";
+}
+
+/* Characters (code points) of a valid UTF-8 string. */
+static size_t
+utf8_chars(const char *s, size_t len)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < len; i++)
+		if (((unsigned char)s[i] & 0xC0) != 0x80)
+			n++;
+	return n;
+}
+
+static int
+check_field(const struct field *f, json_t *v, char *reason, size_t reason_size)
+{
+	int ok;
+
+	switch (f->type) {
+	case F_INT: ok = json_is_integer(v); break;
+	case F_INT_NULL: ok = json_is_integer(v) || json_is_null(v); break;
+	case F_STR: ok = json_is_string(v); break;
+	case F_STR_NULL: ok = json_is_string(v) || json_is_null(v); break;
+	default: ok = 0;
+	}
+	if (!ok) {
+		errstr_set(reason, reason_size, "wrong type: %s: expected %s", f->name,
+		    type_name(f->type));
+		return -1;
+	}
+	if (json_is_string(v) && f->max_chars &&
+	    utf8_chars(json_string_value(v), json_string_length(v)) > f->max_chars) {
+		errstr_set(reason, reason_size, "bad value: %s: longer than %zu characters",
+		    f->name, f->max_chars);
+		return -1;
+	}
+	return 0;
+}
+
+static const char *
+str_or_null(json_t *v, size_t *len)
+{
+	if (json_is_null(v)) {
+		if (len)
+			*len = 0;
+		return NULL;
+	}
+	if (len)
+		*len = json_string_length(v);
+	return json_string_value(v);
+}
+
+static int
+fill(json_t *root, struct event *ev, char *reason, size_t reason_size)
+{
+	json_t *v;
+	long long st;
+
+	memset(ev, 0, sizeof(*ev));
+	ev->id = json_integer_value(json_object_get(root, "id"));
+	if (ev->id < 1) {
+		errstr_set(reason, reason_size, "bad value: id: %lld is below 1", ev->id);
+		return -1;
+	}
+	ev->ts = json_integer_value(json_object_get(root, "ts"));
+	if (ev->ts < 0 || ev->ts > EVENT_TS_MAX) {
+		errstr_set(reason, reason_size, "bad value: ts: %lld is outside 0..%lld",
+		    ev->ts, EVENT_TS_MAX);
+		return -1;
+	}
+	v = json_object_get(root, "code");
+	ev->code = json_string_value(v);
+	ev->code_len = json_string_length(v);
+	if (ev->code_len == 0) {
+		errstr_set(reason, reason_size, "bad value: code: empty");
+		return -1;
+	}
+	v = json_object_get(root, "link_id");
+	if (json_is_integer(v)) {
+		ev->link_id = json_integer_value(v);
+		ev->has_link_id = 1;
+	}
+	st = json_integer_value(json_object_get(root, "status"));
+	if (st != 301 && st != 302 && st != 307 && st != 308 && st != 404 && st != 410) {
+		errstr_set(reason, reason_size,
+		    "bad value: status: %lld is not one of 301, 302, 307, 308, 404, 410", st);
+		return -1;
+	}
+	ev->status = (int)st;
+	ev->ip = json_string_value(json_object_get(root, "ip"));
+	ev->user_agent = str_or_null(json_object_get(root, "user_agent"), &ev->user_agent_len);
+	ev->referer = str_or_null(json_object_get(root, "referer"), NULL);
+	ev->accept_language = str_or_null(json_object_get(root, "accept_language"), NULL);
+	ev->host = str_or_null(json_object_get(root, "host"), NULL);
+	ev->query = str_or_null(json_object_get(root, "query"), NULL);
+	return 0;
+}
+
+int
+event_parse(const void *buf, size_t len, json_t **root, struct event *ev,
+            char *reason, size_t reason_size)
+{
+	json_error_t jerr;
+	json_t *r, *v;
+	const char *key;
+	size_t i;
+
+	*root = NULL;
+	if ((r = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr)) == NULL) {
+		errstr_set(reason, reason_size, "bad JSON: %s (line %d, column %d)",
+		    jerr.text, jerr.line, jerr.column);
+		return -1;
+	}
+	if (!json_is_object(r)) {
+		errstr_set(reason, reason_size, "bad JSON: not an object");
+		goto bad;
+	}
+	/* The version decides how the rest is read: check it first. */
+	if ((v = json_object_get(r, "v")) == NULL) {
+		errstr_set(reason, reason_size, "missing field: v");
+		goto bad;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) != 1) {
+		char *txt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+
+		errstr_set(reason, reason_size, "unknown schema version: %.64s",
+		    txt ? txt : "?");
+		free(txt);
+		goto bad;
+	}
+	json_object_foreach(r, key, v) {
+		for (i = 0; i < NFIELDS; i++)
+			if (strcmp(key, fields[i].name) == 0)
+				break;
+		if (i == NFIELDS) {
+			errstr_set(reason, reason_size, "unknown field: %.64s", key);
+			goto bad;
+		}
+	}
+	for (i = 1; i < NFIELDS; i++) {
+		if ((v = json_object_get(r, fields[i].name)) == NULL) {
+			errstr_set(reason, reason_size, "missing field: %s", fields[i].name);
+			goto bad;
+		}
+		if (check_field(&fields[i], v, reason, reason_size) < 0)
+			goto bad;
+	}
+	if (fill(r, ev, reason, reason_size) < 0)
+		goto bad;
+	*root = r;
+	return 0;
+bad:
+	json_decref(r);
+	return -1;
+}

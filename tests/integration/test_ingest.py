@@ -1,0 +1,370 @@
+"""ingest against a real dev broker and PostgreSQL: N events in -> exactly N
+enriched visit_record rows, rollups equal to the same aggregates computed by SQL
+from visit_record, malformed events in visit_reject, replays stored once.
+
+The helpers here (event generation, producing, waiting, rollup checks) are also
+used by test_ingest_faults.py and tests/bench/bench_ingest.py."""
+import hashlib
+import json
+import os
+import random
+import subprocess
+import time
+
+import yaml
+
+import lpstack
+
+GEOIP = os.path.join(lpstack.ROOT, "var/geoip/GeoLite2-City.mmdb")
+UAP_TESTS = "/usr/share/uap-core/tests"
+EPOCH_2024_MS = 1704067200000
+
+# Realistic public addresses (country known to be stable in GeoLite2) and a few
+# special ones that must give no location.
+IPS = ["8.8.8.8", "81.2.69.160", "2.125.160.216", "89.160.20.112", "202.96.134.133",
+       "115.236.1.1", "175.16.199.0", "2001:218:1::5", "2400:3200::1", "1.1.1.1",
+       "10.8.4.7", "192.168.1.20"]
+
+# (user agent, browser family, browser version, os family, device type, is_bot)
+KNOWN_UAS = [
+    ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+     "Chrome/120.0.0.0 Safari/537.36", "Chrome", "120.0.0", "Windows", "desktop", False),
+    ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, "
+     "like Gecko) Version/17.1 Mobile/15E148 Safari/604.1", "Mobile Safari", "17.1", "iOS",
+     "mobile", False),
+    ("Mozilla/5.0 (iPad; CPU OS 16_6 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+     "Version/16.6 Mobile/15E148 Safari/604.1", "Mobile Safari", "16.6", "iOS", "tablet", False),
+    ("Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", "Googlebot",
+     "2.1", "Other", "bot", True),
+    ("curl/8.4.0", "curl", "8.4.0", "Other", "bot", True),
+]
+
+REFERERS = [None, "https://www.Google.com/search?q=x", "http://t.co/abc", "android-app://x.y/",
+            "https://m.facebook.com:443/story.php", "not a url"]
+LANGS = [None, "en-US,en;q=0.9", "zh-CN,zh;q=0.9,en;q=0.8", "de;q=0.5, fr", "*"]
+
+
+def uap_user_agents(limit=None, seed=1):
+    """User-agent strings of uap-core's own test suites (with their expected
+    browser family for those from test_ua.yaml)."""
+    out = []
+    for name in ("test_ua.yaml", "test_os.yaml", "test_device.yaml"):
+        with open(os.path.join(UAP_TESTS, name)) as f:
+            doc = yaml.safe_load(f)
+        for case in doc["test_cases"]:
+            ua = case.get("user_agent_string")
+            if isinstance(ua, str) and ua:
+                out.append((ua, case.get("family") if name == "test_ua.yaml" else None))
+    if limit:
+        random.Random(seed).shuffle(out)
+        out = out[:limit]
+    return out
+
+
+class EventGen:
+    """Visit events per schemas/visit_event.schema.json (v1)."""
+
+    def __init__(self, links=(101, 102, 103), worker=7, seed=3, uas=None):
+        self.rng = random.Random(seed)
+        self.links = list(links)
+        self.worker = worker
+        self.seq = 0
+        self.uas = uas or [u[0] for u in KNOWN_UAS]
+        self.base_ms = int(time.time() * 1000) - 3 * 3600 * 1000
+
+    def event(self, **over):
+        self.seq += 1
+        ms = self.base_ms + self.seq
+        link = self.rng.choice(self.links + [None])
+        ev = {
+            "v": 1,
+            "id": ((ms - EPOCH_2024_MS) << 22) | (self.worker << 12) | (self.seq & 0xFFF),
+            "ts": ms * 1000 + self.rng.randrange(1000),
+            "code": f"c{link}" if link else self.rng.choice(["nope1", "nope2"]),
+            "link_id": link,
+            "status": 302 if link else 404,
+            "ip": self.rng.choice(IPS),
+            "user_agent": self.rng.choice(self.uas),
+            "referer": self.rng.choice(REFERERS),
+            "accept_language": self.rng.choice(LANGS),
+            "host": "s.test",
+            "query": self.rng.choice([None, "utm_source=sms&x=\t1\\2"]),
+        }
+        ev.update(over)
+        return ev
+
+
+def producer(bootstrap):
+    from confluent_kafka import Producer
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                     "queue.buffering.max.messages": 1000000, "enable.idempotence": True})
+
+
+def produce(bootstrap, topic, values, partition=None, prod=None):
+    """Produces values (dicts become JSON, bytes as is); waits for delivery and
+    returns [(partition, offset)]."""
+    p = prod or producer(bootstrap)
+    done, errors = [], []
+
+    def cb(err, msg):
+        if err:
+            errors.append(err)
+        else:
+            done.append((msg.partition(), msg.offset()))
+    for v in values:
+        raw = v if isinstance(v, (bytes, bytearray)) else json.dumps(v).encode()
+        key = (v.get("code") if isinstance(v, dict) else "raw").encode()
+        kw = {} if partition is None else {"partition": partition}
+        while True:
+            try:
+                p.produce(topic, raw, key=key, on_delivery=cb, **kw)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    p.flush(120)
+    assert not errors, errors[:3]
+    assert len(done) == len(values), (len(done), len(values))
+    return done
+
+
+def start_ingest(procs, pg, broker, **extra):
+    settings = {"pg_dsn": pg.dsn, "kafka_bootstrap": broker.bootstrap,
+                "kafka_topic": broker.topic, "geoip_city_db": GEOIP,
+                "metrics_port": lpstack.free_port(), "batch_max_ms": 200,
+                "kafka_session_timeout_ms": 6000, "log_level": "info"}
+    settings.update({k: v for k, v in extra.items()})
+    return procs.start("ingest", settings)
+
+
+def counts(pg):
+    r = pg.psql("SELECT (SELECT count(*) FROM visit_record), (SELECT count(*) FROM visit_reject)")
+    a, b = r.split("|")
+    return int(a), int(b)
+
+
+def wait_counts(pg, rows, rejects=0, timeout=90, proc=None):
+    deadline = time.time() + timeout
+    got = None
+    while time.time() < deadline:
+        got = counts(pg)
+        if got == (rows, rejects):
+            return got
+        if proc is not None and not proc.alive():
+            raise AssertionError(f"ingest exited:\n{proc.output()[-3000:]}")
+        time.sleep(0.3)
+    raise AssertionError(f"expected {rows} rows and {rejects} rejects, have {got}:\n"
+                         + (proc.output()[-3000:] if proc else ""))
+
+
+# The definitions of 0004_rollups.sql's comments, written independently of ingest.
+EXPECTED_DIMS = """
+SELECT url_link_id, (visit_time AT TIME ZONE 'UTC')::date AS day, dim, val, is_bot, count(*)
+FROM visit_record v CROSS JOIN LATERAL (VALUES
+  ('country', coalesce(country_code, '')),
+  ('province', CASE WHEN province IS NULL THEN '' ELSE coalesce(country_code, '') || '/' || province END),
+  ('city', CASE WHEN city IS NULL THEN '' ELSE coalesce(country_code, '') || '/' || coalesce(province, '') || '/' || city END),
+  ('isp', coalesce(isp, '')),
+  ('browser', coalesce(browser_type, '')),
+  ('browser_version', coalesce(browser_type || ' ' || split_part(browser_version, '.', 1), browser_type, '')),
+  ('os', coalesce(os_type, '')),
+  ('device_type', coalesce(device_type, '')),
+  ('referer_host', coalesce(referer_host, '')),
+  ('language', coalesce(language, ''))) AS d(dim, val)
+WHERE url_link_id IS NOT NULL GROUP BY 1, 2, 3, 4, 5"""
+
+
+def assert_rollups(pg):
+    """Every rollup equals the aggregate SQL computes from visit_record."""
+    def diff(a, b):
+        return pg.psql(f"SELECT count(*) FROM (({a}) EXCEPT ALL ({b})) x")
+
+    have_dims = ("SELECT url_link_id, day, dimension, value, is_bot, visits FROM link_day_dim "
+                 "WHERE visits > 0")
+    assert diff(EXPECTED_DIMS, have_dims) == "0"
+    assert diff(have_dims, EXPECTED_DIMS) == "0"
+    exp_hour = ("SELECT url_link_id, date_trunc('hour', visit_time AT TIME ZONE 'UTC'), "
+                "count(*) FILTER (WHERE NOT is_bot), count(*) FILTER (WHERE is_bot), "
+                "min(visit_time), max(visit_time) FROM visit_record WHERE url_link_id IS NOT NULL "
+                "GROUP BY 1, 2")
+    have_hour = ("SELECT url_link_id, hour AT TIME ZONE 'UTC', visits, bot_visits, first_visit, "
+                 "last_visit FROM link_hour")
+    assert diff(exp_hour, have_hour) == "0" and diff(have_hour, exp_hour) == "0"
+    exp_total = ("SELECT url_link_id, count(*), count(*) FILTER (WHERE is_bot), min(visit_time), "
+                 "max(visit_time) FROM visit_record WHERE url_link_id IS NOT NULL GROUP BY 1")
+    have_total = "SELECT url_link_id, visits, bot_visits, first_visit, last_visit FROM link_total"
+    assert diff(exp_total, have_total) == "0" and diff(have_total, exp_total) == "0"
+    exp_orph = ("SELECT unique_code, (visit_time AT TIME ZONE 'UTC')::date, "
+                "count(*) FILTER (WHERE NOT is_bot), count(*) FILTER (WHERE is_bot) "
+                "FROM visit_record WHERE url_link_id IS NULL GROUP BY 1, 2")
+    have_orph = "SELECT unique_code, day, visits, bot_visits FROM orphan_day"
+    assert diff(exp_orph, have_orph) == "0" and diff(have_orph, exp_orph) == "0"
+    # unique human visitors per link-hour: hll (exact in explicit mode for small
+    # sets) or the exact fallback table
+    hll = pg.psql("SELECT count(*) FROM pg_attribute WHERE attrelid = 'link_hour'::regclass "
+                  "AND attname = 'visitors'") == "1"
+    exp_uniq = ("SELECT url_link_id, date_trunc('hour', visit_time AT TIME ZONE 'UTC'), "
+                "count(DISTINCT client_id) FROM visit_record WHERE url_link_id IS NOT NULL "
+                "AND NOT is_bot GROUP BY 1, 2")
+    if hll:
+        have_uniq = ("SELECT url_link_id, hour AT TIME ZONE 'UTC', "
+                     "hll_cardinality(visitors)::bigint FROM link_hour WHERE visits > 0")
+        # and across hours: the union equals the distinct count per link
+        exp_link = ("SELECT url_link_id, count(DISTINCT client_id) FROM visit_record "
+                    "WHERE url_link_id IS NOT NULL AND NOT is_bot GROUP BY 1")
+        have_link = ("SELECT url_link_id, hll_cardinality(hll_union_agg(visitors))::bigint "
+                     "FROM link_hour GROUP BY 1 HAVING sum(visits) > 0")
+        assert diff(exp_link, have_link) == "0" and diff(have_link, exp_link) == "0"
+    else:
+        have_uniq = ("SELECT url_link_id, hour AT TIME ZONE 'UTC', count(*) "
+                     "FROM link_hour_visitor GROUP BY 1, 2")
+    assert diff(exp_uniq, have_uniq) == "0" and diff(have_uniq, exp_uniq) == "0"
+
+
+def mmdb(ip, *path):
+    """A value of the GeoLite2 record of ip via mmdblookup (independent of ingest)."""
+    r = subprocess.run(["mmdblookup", "--file", GEOIP, "--ip", ip] + list(path),
+                       capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        line = line.strip()
+        if line.startswith('"'):
+            return line.split('"')[1]
+    return None
+
+
+def row(pg, event_id, cols):
+    return pg.psql(f"SELECT {cols} FROM visit_record WHERE id = {event_id}").split("|")
+
+
+# ------------------------------------------------------------------ tests
+
+def test_events_become_enriched_rows_and_rollups(procs, pg, broker):
+    gen = EventGen()
+    events = [gen.event() for _ in range(600)]
+    # every known UA from every kind of address at least once
+    for ua in KNOWN_UAS:
+        for ip in ("8.8.8.8", "81.2.69.160", "10.8.4.7"):
+            events.append(gen.event(user_agent=ua[0], ip=ip, link_id=101, code="c101",
+                                    status=302))
+    events.append(gen.event(user_agent=None, referer=None, accept_language=None, host=None,
+                            query=None))
+    uap = uap_user_agents(limit=150)
+    for ua, _ in uap:
+        events.append(gen.event(user_agent=ua))
+    produce(broker.bootstrap, broker.topic, events)
+    ing = start_ingest(procs, pg, broker)
+    wait_counts(pg, len(events), 0, proc=ing)
+    # exactly N rows, each event once
+    assert pg.psql("SELECT count(DISTINCT id) FROM visit_record") == str(len(events))
+
+    by_id = {e["id"]: e for e in events}
+    # client_id = sha1(ip & ua) for every row
+    for line in pg.psql("SELECT id, client_id, coalesce(host(client_ip), '-') FROM visit_record"
+                        ).splitlines():
+        i, cid, ip = line.split("|")
+        e = by_id[int(i)]
+        want = hashlib.sha1((e["ip"] + "&" + (e["user_agent"] or "")).encode()).hexdigest()
+        assert cid == want
+        assert ip == e["ip"].lower(), (ip, e["ip"])
+
+    # geo: country/province/city as GeoLite2 says (mmdblookup), NULL for private
+    for ip in ("8.8.8.8", "81.2.69.160", "2001:218:1::5", "10.8.4.7"):
+        e = next(x for x in events if x["ip"] == ip)
+        cc, prov, city = row(pg, e["id"], "coalesce(country_code, '-'), coalesce(province, '-'), "
+                                          "coalesce(city, '-')")
+        assert cc == (mmdb(ip, "country", "iso_code") or "-")
+        assert prov == (mmdb(ip, "subdivisions", "0", "names", "en") or "-")
+        assert city == (mmdb(ip, "city", "names", "en") or "-")
+    assert row(pg, next(x for x in events if x["ip"] == "8.8.8.8")["id"], "country_code") == ["US"]
+    assert row(pg, next(x for x in events if x["ip"] == "81.2.69.160")["id"],
+               "country_code, country") == ["GB", "United Kingdom"]
+
+    # user agents: browser/os/device type/bot for the known ones
+    for ua, fam, ver, os_fam, dtype, bot in KNOWN_UAS:
+        e = next(x for x in events if x["user_agent"] == ua)
+        got = row(pg, e["id"], "browser_type, browser_version, os_type, device_type, is_bot")
+        assert got[0] == fam and got[1].startswith(ver) and got[2] == os_fam, (ua, got)
+        assert got[3] == dtype and got[4] == ("t" if bot else "f"), (ua, got)
+    # uap-core's own expectations for the browser family
+    checked = 0
+    for ua, fam in uap:
+        if fam is None:
+            continue
+        e = next(x for x in events if x["user_agent"] == ua)
+        assert row(pg, e["id"], "browser_type")[0] == fam, ua
+        checked += 1
+    assert checked >= 10
+
+    # other derived columns
+    e = next(x for x in events if x["referer"] == "https://www.Google.com/search?q=x")
+    assert row(pg, e["id"], "referer_host") == ["www.google.com"]
+    e = next(x for x in events if x["accept_language"] == "de;q=0.5, fr")
+    assert row(pg, e["id"], "language") == ["fr"]
+    e = next(x for x in events if x["accept_language"] == "zh-CN,zh;q=0.9,en;q=0.8")
+    assert row(pg, e["id"], "language") == ["zh-cn"]
+    e = next(x for x in events if x["query"] is not None)
+    assert row(pg, e["id"], "query_string") == [e["query"]]
+    e = next(x for x in events if x["user_agent"] is None)
+    assert row(pg, e["id"], "user_agent IS NULL, host IS NULL, is_bot") == ["t", "t", "t"]
+    # orphans: url_link_id NULL, counted in orphan_day
+    orphans = sum(1 for x in events if x["link_id"] is None)
+    assert orphans > 0
+    assert pg.psql("SELECT count(*) FROM visit_record WHERE url_link_id IS NULL") == str(orphans)
+    assert pg.psql("SELECT sum(visits + bot_visits) FROM orphan_day") == str(orphans)
+    assert_rollups(pg)
+    # offsets stored with the rows: next offset of each partition = its message count
+    stored = int(pg.psql("SELECT sum(next_offset) FROM ingest_offset"))
+    assert stored == len(events)
+
+
+def test_malformed_events_rejected_and_replays_stored_once(procs, pg, broker):
+    gen = EventGen(seed=5)
+    good = [gen.event() for _ in range(200)]
+    missing = gen.event()
+    del missing["ts"]
+    bad = [
+        (b"{not json", "bad JSON"),
+        (json.dumps(missing).encode(), "missing field: ts"),
+        (json.dumps(gen.event(status="302")).encode(), "wrong type: status"),
+        (json.dumps(gen.event(v=2)).encode(), "unknown schema version"),
+        (json.dumps(gen.event(extra=1)).encode(), "unknown field: extra"),
+        (json.dumps(gen.event(id=1.5)).encode(), "wrong type: id"),
+        (json.dumps(gen.event(status=200)).encode(), "bad value: status"),
+        (b"", "bad JSON"),
+        (b"\xff\xfe garbage", "bad JSON"),
+        (json.dumps([1, 2]).encode(), "bad JSON: not an object"),
+    ]
+    mixed = []
+    for i, g in enumerate(good):
+        mixed.append(g)
+        if i % 20 == 0 and bad:
+            mixed.append(bad[i // 20][0])
+    # replays: the same event again in the same and in other partitions
+    dups = good[:30]
+    produce(broker.bootstrap, broker.topic, mixed)
+    produce(broker.bootstrap, broker.topic, dups, partition=3)
+    produce(broker.bootstrap, broker.topic, dups[:10], partition=11)
+    ing = start_ingest(procs, pg, broker, batch_max_events=50)
+    wait_counts(pg, len(good), len(bad), proc=ing)
+    # later replays in a later batch still change nothing
+    produce(broker.bootstrap, broker.topic, good[50:80])
+    deadline = time.time() + 30
+    total = len(mixed) + 40 + 30
+    while time.time() < deadline:
+        if pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(total):
+            break
+        time.sleep(0.3)
+    assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(total)
+    assert counts(pg) == (len(good), len(bad))
+    rej = pg.psql("SELECT reason, raw, kafka_partition >= 0, kafka_offset >= 0 FROM visit_reject "
+                  "ORDER BY id").splitlines()
+    reasons = [r.split("|")[0] for r in rej]
+    for raw, why in bad:
+        assert any(x.startswith(why) for x in reasons), (why, reasons)
+    # raw bytes kept as received, with partition and offset pointing at them
+    raws = pg.psql("SELECT encode(raw, 'hex') FROM visit_reject").splitlines()
+    assert sorted(raws) == sorted(r.hex() for r, _ in bad)
+    assert all(r.endswith("|t|t") for r in rej)
+    assert_rollups(pg)
+    assert int(pg.psql("SELECT sum(visits) FROM link_total")) == \
+        sum(1 for g in good if g["link_id"] is not None)
