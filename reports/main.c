@@ -1,34 +1,466 @@
-/* reports - placeholder main: parses its configuration table and exits. */
+/* reports - per-link JSON, CSV and HTML summaries from PostgreSQL's rollups:
+ * one link (--link), every link of a tag plus a combined summary (--tag), or
+ * every link with visits (--all) with an index.json. */
 #include "config.h"
+#include "errstr.h"
 #include "log.h"
+#include "model.h"
+#include "query.h"
+#include "render_csv.h"
+#include "render_html.h"
+#include "render_json.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Exit codes (also in --help and README). */
+#define EXIT_RUNTIME 1  /* database or output failure */
+#define EXIT_USAGE 2    /* bad argument, date, zone or setting */
+#define EXIT_NOTFOUND 3 /* unknown code, tag without links */
 
 struct reports_conf {
+	char *pg_dsn;
+	char *base_url;
+	char *tz;
+	char *format;
+	long long top_n;
+	long long batch_links;
 	char *log_level;
+	char *log_format;
 };
 
+#define OFF(f) offsetof(struct reports_conf, f)
 static const struct cfg_opt reports_tab[] = {
-	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", offsetof(struct reports_conf, log_level), 1, "log level" },
+	{ "pg_dsn", CFG_STR, "dbname=linkpulse", 0, 0, NULL, OFF(pg_dsn), 0, "PostgreSQL connection string (libpq)" },
+	{ "base_url", CFG_STR, "", 0, 0, NULL, OFF(base_url), 0,
+	  "base of short_url in reports ({base_url}/{code}); empty = the short_url stored with the link" },
+	{ "tz", CFG_STR, "UTC", 0, 0, NULL, OFF(tz), 0, "default time zone of days and hours (IANA name; --tz overrides)" },
+	{ "format", CFG_ENUM, "json", 0, 0, "json|csv|html", OFF(format), 0, "default output format (--format overrides)" },
+	{ "top_n", CFG_INT, "10", 1, 1000, NULL, OFF(top_n), 0, "entries per breakdown (--top overrides)" },
+	{ "batch_links", CFG_INT, "500", 1, 100000, NULL, OFF(batch_links), 0,
+	  "links read per query round by --all and --tag" },
+	{ "log_level", CFG_ENUM, "warn", 0, 0, "debug|info|warn|error", OFF(log_level), 0, "log level" },
+	{ "log_format", CFG_ENUM, "logfmt", 0, 0, "logfmt|json", OFF(log_format), 0, "log line format" },
 	CFG_END
 };
 
-static const struct cfg_prog reports_prog = { "reports", "linkpulse reports", "LINKPULSE_", reports_tab, sizeof(struct reports_conf) };
+static const struct cfg_prog reports_prog = {
+	"reports", "linkpulse reports: per-link JSON, CSV and HTML summaries.", "LINKPULSE_",
+	reports_tab, sizeof(struct reports_conf)
+};
+
+static const char USAGE[] =
+    "usage: reports --link CODE | --tag TAG | --all --out DIR   [options]\n"
+    "\n"
+    "  --link CODE        report one link (to stdout, or DIR/link-CODE.EXT with --out DIR)\n"
+    "  --tag TAG          every link tagged TAG plus one combined summary: with --out DIR\n"
+    "                     DIR/link-CODE.EXT each, DIR/combined.EXT and DIR/index.json;\n"
+    "                     to stdout only the combined summary\n"
+    "  --all              every link with visits in the range: DIR/link-CODE.EXT each and\n"
+    "                     DIR/index.json listing them with their totals (needs --out DIR)\n"
+    "  --include-empty    with --all: links without visits in the range too\n"
+    "  --from DATE        first day, YYYY-MM-DD (default: --to minus 29 days)\n"
+    "  --to DATE          last day, YYYY-MM-DD, inclusive (default: today in --tz)\n"
+    "  --tz ZONE          time zone of days and hours, an IANA name (default: setting tz)\n"
+    "  --format FMT       json (default), csv or html\n"
+    "  --out DIR|-        output directory (created if missing), or - for stdout (default)\n"
+    "  --exclude-bots     leave bot visits out entirely (by default they are counted\n"
+    "                     separately as bot_visits and kept out of the human figures)\n"
+    "  --top N            entries per breakdown (default: setting top_n)\n"
+    "\n"
+    "Reports contain the link, the range, totals (visits, unique visitors, bot visits, first\n"
+    "and last visit), visits and uniques per day (per hour too for 7 days or less), the\n"
+    "top-N countries, provinces, cities, ISPs, browsers, browser versions, OSes, device\n"
+    "types, referer hosts and languages, and the all-time visit count.\n"
+    "Exit status: 0 done, 1 database or output error, 2 bad argument (date, zone, ...),\n"
+    "3 unknown code or a tag without links.\n"
+    "\n";
+
+struct args {
+	const char *link, *tag, *from, *to, *tz, *format, *out, *top;
+	int all, include_empty, exclude_bots;
+	char **cfg_argv;
+	int cfg_argc;
+};
+
+static int
+valid_date(const char *s)
+{
+	static const int mdays[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+	int y, m, d;
+
+	if (strlen(s) != 10 || s[4] != '-' || s[7] != '-')
+		return 0;
+	for (int i = 0; i < 10; i++)
+		if (i != 4 && i != 7 && (s[i] < '0' || s[i] > '9'))
+			return 0;
+	y = atoi(s);
+	m = atoi(s + 5);
+	d = atoi(s + 8);
+	if (y < 1970 || y > 9999 || m < 1 || m > 12 || d < 1 || d > mdays[m - 1])
+		return 0;
+	if (m == 2 && d == 29 && !((y % 4 == 0 && y % 100 != 0) || y % 400 == 0))
+		return 0;
+	return 1;
+}
+
+/* Splits argv into report flags and the configuration arguments. */
+static int
+parse_args(int argc, char **argv, struct args *a, char *err, size_t errsz)
+{
+	static const struct { const char *name; size_t off; } valued[] = {
+		{ "--link", offsetof(struct args, link) }, { "--tag", offsetof(struct args, tag) },
+		{ "--from", offsetof(struct args, from) }, { "--to", offsetof(struct args, to) },
+		{ "--tz", offsetof(struct args, tz) }, { "--format", offsetof(struct args, format) },
+		{ "--out", offsetof(struct args, out) }, { "--top", offsetof(struct args, top) },
+	};
+
+	memset(a, 0, sizeof(*a));
+	if ((a->cfg_argv = calloc((size_t)argc + 1, sizeof(char *))) == NULL) {
+		errstr_set(err, errsz, "out of memory");
+		return -1;
+	}
+	a->cfg_argv[a->cfg_argc++] = argv[0];
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+		size_t k, n = sizeof(valued) / sizeof(*valued);
+
+		if (strcmp(arg, "--all") == 0) {
+			a->all = 1;
+			continue;
+		}
+		if (strcmp(arg, "--include-empty") == 0) {
+			a->include_empty = 1;
+			continue;
+		}
+		if (strcmp(arg, "--exclude-bots") == 0) {
+			a->exclude_bots = 1;
+			continue;
+		}
+		for (k = 0; k < n; k++) {
+			size_t len = strlen(valued[k].name);
+			const char **slot = (const char **)((char *)a + valued[k].off);
+
+			if (strncmp(arg, valued[k].name, len) != 0 || (arg[len] != '\0' && arg[len] != '='))
+				continue;
+			if (arg[len] == '=') {
+				*slot = arg + len + 1;
+			} else if (i + 1 < argc) {
+				*slot = argv[++i];
+			} else {
+				errstr_set(err, errsz, "%s needs a value (see --help)", arg);
+				return -1;
+			}
+			break;
+		}
+		if (k < n)
+			continue;
+		a->cfg_argv[a->cfg_argc++] = argv[i];
+		if ((strcmp(arg, "-c") == 0 || strcmp(arg, "-o") == 0 || strcmp(arg, "--config") == 0 ||
+		    strcmp(arg, "--set") == 0) && i + 1 < argc)
+			a->cfg_argv[a->cfg_argc++] = argv[++i];
+	}
+	return 0;
+}
+
+static int
+check_args(struct args *a, const struct reports_conf *conf, char *err, size_t errsz)
+{
+	int modes = (a->link != NULL) + (a->tag != NULL) + a->all;
+	char *end;
+
+	if (!a->tz)
+		a->tz = conf->tz;
+	if (!a->format)
+		a->format = conf->format;
+	if (modes != 1) {
+		errstr_set(err, errsz, "give exactly one of --link CODE, --tag TAG or --all (see --help)");
+		return -1;
+	}
+	if (a->link != NULL && (*a->link == '\0' || strlen(a->link) > 64)) {
+		errstr_set(err, errsz, "--link: a code is 1-64 characters");
+		return -1;
+	}
+	if (a->from != NULL && !valid_date(a->from)) {
+		errstr_set(err, errsz, "--from \"%s\": not a date (YYYY-MM-DD)", a->from);
+		return -1;
+	}
+	if (a->to != NULL && !valid_date(a->to)) {
+		errstr_set(err, errsz, "--to \"%s\": not a date (YYYY-MM-DD)", a->to);
+		return -1;
+	}
+	if (*a->tz == '\0') {
+		errstr_set(err, errsz, "--tz: empty time zone");
+		return -1;
+	}
+	if (strcmp(a->format, "json") != 0 && strcmp(a->format, "csv") != 0 &&
+	    strcmp(a->format, "html") != 0) {
+		errstr_set(err, errsz, "--format \"%s\": one of json, csv, html", a->format);
+		return -1;
+	}
+	if (a->top != NULL) {
+		long long v;
+
+		errno = 0;
+		v = strtoll(a->top, &end, 10);
+		if (errno || end == a->top || *end || v < 1 || v > 1000) {
+			errstr_set(err, errsz, "--top \"%s\": a number from 1 to 1000", a->top);
+			return -1;
+		}
+	}
+	if (!a->out)
+		a->out = "-";
+	if (a->all && strcmp(a->out, "-") == 0) {
+		errstr_set(err, errsz, "--all writes one file per link: give --out DIR");
+		return -1;
+	}
+	if (a->include_empty && !a->all) {
+		errstr_set(err, errsz, "--include-empty goes with --all");
+		return -1;
+	}
+	return 0;
+}
+
+/* Creates dir if missing and proves a file can be written in it. */
+static int
+writable_dir(const char *dir, char *err, size_t errsz)
+{
+	char probe[4096];
+	struct stat st;
+	int fd;
+
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		errstr_set(err, errsz, "--out %s: cannot create directory: %s", dir, strerror(errno));
+		return -1;
+	}
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		errstr_set(err, errsz, "--out %s: not a directory", dir);
+		return -1;
+	}
+	snprintf(probe, sizeof(probe), "%s/.reports-probe-XXXXXX", dir);
+	if ((fd = mkstemp(probe)) < 0) {
+		errstr_set(err, errsz, "--out %s: directory not writable: %s", dir, strerror(errno));
+		return -1;
+	}
+	close(fd);
+	unlink(probe);
+	return 0;
+}
+
+static int
+render(const json_t *rep, const char *format, FILE *f, char *err, size_t errsz)
+{
+	if (strcmp(format, "csv") == 0)
+		return render_csv(rep, f, err, errsz);
+	if (strcmp(format, "html") == 0)
+		return render_html(rep, f, err, errsz);
+	return render_json(rep, f, err, errsz);
+}
+
+/* Writes doc to dir/name atomically (temporary file, then rename). */
+static int
+write_file(const char *dir, const char *name, const json_t *doc, const char *format,
+           char *err, size_t errsz)
+{
+	char path[4096], tmp[4200];
+	FILE *f;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
+	if ((f = fopen(tmp, "w")) == NULL) {
+		errstr_set(err, errsz, "%s: %s", tmp, strerror(errno));
+		return -1;
+	}
+	rc = render(doc, format, f, err, errsz);
+	if (fclose(f) != 0 && rc == 0) {
+		errstr_set(err, errsz, "%s: %s", tmp, strerror(errno));
+		rc = -1;
+	}
+	if (rc == 0 && rename(tmp, path) < 0) {
+		errstr_set(err, errsz, "%s: %s", path, strerror(errno));
+		rc = -1;
+	}
+	if (rc < 0)
+		unlink(tmp);
+	return rc;
+}
+
+static int
+has_visits(const json_t *rep, int exclude_bots)
+{
+	return model_total(rep, "visits") > 0 || (!exclude_bots && model_total(rep, "bot_visits") > 0);
+}
+
+/* Per-link files for ids, in rounds of batch links; adds each to index. */
+static int
+write_links(struct query *q, const struct args *a, const long long *ids, size_t n, size_t batch,
+            json_t *index, char *err, size_t errsz)
+{
+	json_t **reps = calloc(batch, sizeof(*reps));
+	int progress = a->all && isatty(STDERR_FILENO), rc = 0;
+	size_t written = 0;
+
+	if (reps == NULL) {
+		errstr_set(err, errsz, "out of memory");
+		return -1;
+	}
+	for (size_t at = 0; at < n && rc == 0; at += batch) {
+		size_t m = n - at < batch ? n - at : batch;
+
+		if (query_reports(q, ids + at, m, reps, err, errsz) < 0) {
+			rc = -1;
+			break;
+		}
+		for (size_t i = 0; i < m; i++) {
+			char name[128];
+			const char *code;
+
+			if (reps[i] == NULL)
+				continue;
+			if (rc == 0 && (a->include_empty || a->tag || has_visits(reps[i], a->exclude_bots))) {
+				code = json_string_value(json_object_get(json_object_get(reps[i], "link"), "code"));
+				snprintf(name, sizeof(name), "link-%s.%s", code, a->format);
+				if (write_file(a->out, name, reps[i], a->format, err, errsz) < 0)
+					rc = -1;
+				else {
+					model_index_add(index, reps[i], name);
+					written++;
+				}
+			}
+			json_decref(reps[i]);
+		}
+		if (progress)
+			fprintf(stderr, "\rreports: %zu/%zu links read, %zu files written", at + m, n, written);
+	}
+	if (progress)
+		fputc('\n', stderr);
+	free(reps);
+	return rc;
+}
+
+static int
+run(const struct args *a, const struct reports_conf *conf)
+{
+	char err[1024], name[64];
+	struct query *q;
+	long long *ids = NULL, id;
+	size_t n = 0;
+	json_t *rep = NULL, *index = NULL;
+	int bad = 0, rc = EXIT_RUNTIME, found;
+	long long top = a->top ? strtoll(a->top, NULL, 10) : conf->top_n;
+
+	if (strcmp(a->out, "-") != 0 && writable_dir(a->out, err, sizeof(err)) < 0) {
+		fprintf(stderr, "reports: %s\n", err);
+		return EXIT_RUNTIME;
+	}
+	if ((q = query_open(conf->pg_dsn, a->tz, a->from, a->to, a->exclude_bots, top, conf->base_url,
+	    &bad, err, sizeof(err))) == NULL) {
+		fprintf(stderr, "reports: %s\n", err);
+		return bad ? EXIT_USAGE : EXIT_RUNTIME;
+	}
+	if (a->link != NULL) {
+		if ((found = query_link_id(q, a->link, &id, err, sizeof(err))) <= 0) {
+			if (found == 0)
+				errstr_set(err, sizeof(err), "unknown code \"%s\"", a->link);
+			rc = found == 0 ? EXIT_NOTFOUND : EXIT_RUNTIME;
+			goto fail;
+		}
+		if (query_reports(q, &id, 1, &rep, err, sizeof(err)) < 0 || rep == NULL)
+			goto fail;
+		snprintf(name, sizeof(name), "link-%s.%s", a->link, a->format);
+		if (strcmp(a->out, "-") == 0 ? render(rep, a->format, stdout, err, sizeof(err)) < 0 ||
+		    fflush(stdout) != 0 : write_file(a->out, name, rep, a->format, err, sizeof(err)) < 0)
+			goto fail;
+		rc = 0;
+		goto done;
+	}
+	if (query_link_ids(q, a->tag, a->include_empty, &ids, &n, err, sizeof(err)) < 0)
+		goto fail;
+	if (a->tag != NULL && n == 0) {
+		errstr_set(err, sizeof(err), "no link has the tag \"%s\"", a->tag);
+		rc = EXIT_NOTFOUND;
+		goto fail;
+	}
+	if (a->tag != NULL) {
+		if ((rep = query_combined(q, a->tag, ids, n, err, sizeof(err))) == NULL)
+			goto fail;
+		if (strcmp(a->out, "-") == 0) {
+			if (render(rep, a->format, stdout, err, sizeof(err)) < 0 || fflush(stdout) != 0)
+				goto fail;
+			rc = 0;
+			goto done;
+		}
+	}
+	index = model_index_new(query_range(q));
+	if (write_links(q, a, ids, n, (size_t)conf->batch_links, index, err, sizeof(err)) < 0)
+		goto fail;
+	if (rep != NULL) {
+		snprintf(name, sizeof(name), "combined.%s", a->format);
+		if (write_file(a->out, name, rep, a->format, err, sizeof(err)) < 0)
+			goto fail;
+		model_index_set_combined(index, rep, name);
+	}
+	if (write_file(a->out, "index.json", index, "json", err, sizeof(err)) < 0)
+		goto fail;
+	log_info("%zu link files and index.json written to %s",
+	    json_array_size(json_object_get(index, "links")), a->out);
+	rc = 0;
+	goto done;
+fail:
+	fprintf(stderr, "reports: %s\n", err);
+done:
+	json_decref(rep);
+	json_decref(index);
+	free(ids);
+	query_close(q);
+	return rc;
+}
 
 int
 main(int argc, char **argv)
 {
 	struct reports_conf conf;
+	struct args a;
 	enum cfg_action action;
 	char errstr[512];
+	int rc;
 
-	if (cfg_from_args(&reports_prog, &conf, argc, argv, &action, NULL, errstr, sizeof(errstr)) < 0) {
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			fputs(USAGE, stdout);
+			cfg_usage(&reports_prog, stdout);
+			return 0;
+		}
+	if (parse_args(argc, argv, &a, errstr, sizeof(errstr)) < 0) {
 		fprintf(stderr, "reports: %s\n", errstr);
-		return 2;
+		free(a.cfg_argv);
+		return EXIT_USAGE;
 	}
-	if (action == CFG_EXIT_OK)
+	if (cfg_from_args(&reports_prog, &conf, a.cfg_argc, a.cfg_argv, &action, NULL, errstr,
+	    sizeof(errstr)) < 0) {
+		fprintf(stderr, "reports: %s\n", errstr);
+		free(a.cfg_argv);
+		return EXIT_USAGE;
+	}
+	if (action == CFG_EXIT_OK) {
+		free(a.cfg_argv);
 		return 0;
+	}
+	if (log_init("reports", conf.log_level, conf.log_format, errstr, sizeof(errstr)) < 0 ||
+	    check_args(&a, &conf, errstr, sizeof(errstr)) < 0) {
+		fprintf(stderr, "reports: %s\n", errstr);
+		cfg_free(&reports_prog, &conf);
+		free(a.cfg_argv);
+		return EXIT_USAGE;
+	}
+	rc = run(&a, &conf);
 	cfg_free(&reports_prog, &conf);
-	return 0;
+	free(a.cfg_argv);
+	return rc;
 }

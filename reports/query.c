@@ -1,0 +1,647 @@
+/* query.c - the report queries. Local days come from link_hour (UTC hours
+ * summed by the hour's local date); hours cut by a local midnight (zones with
+ * non-hour offsets) and the edges of link_day_dim's UTC days come from
+ * visit_record. Unique visitors: hll_union_agg, or link_hour_visitor. */
+#include "query.h"
+
+#include "errstr.h"
+#include "log.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OID_BOOL 16
+#define OID_INT8 20
+#define OID_TEXT 25
+#define OID_DATE 1082
+#define OID_INT8ARR 1016
+#define OID_TSTZARR 1185
+
+/* RFC 3339 in the session time zone (set to the report's zone). */
+#define FMT_US "'YYYY-MM-DD\"T\"HH24:MI:SS.USTZH:TZM'"
+#define FMT_S "'YYYY-MM-DD\"T\"HH24:MI:SSTZH:TZM'"
+
+struct query {
+	PGconn *conn;
+	int hll;                 /* link_hour.visitors exists */
+	char from[11], to[11];
+	char *tz, *base_url;
+	int exclude_bots;
+	long long top_n;
+	char top_n_s[24];
+	struct model_range range;
+	json_t *days, *hours;
+};
+
+/* The local range [s, e) and the UTC hours a local midnight cuts (split). */
+#define CTE_P "p AS (SELECT ($2::date)::timestamp AT TIME ZONE $4 AS s," \
+	" ($3::date + 1)::timestamp AT TIME ZONE $4 AS e)"
+#define CTE_SPLIT "split AS (SELECT DISTINCT date_trunc('hour', x.m, 'UTC') AS h" \
+	" FROM generate_series($2::date::timestamp, ($3::date + 1)::timestamp, interval '1 day') AS d(d)," \
+	" LATERAL (SELECT d.d AT TIME ZONE $4 AS m) AS x WHERE x.m <> date_trunc('hour', x.m, 'UTC'))"
+#define GRP(t) "CASE WHEN $5 THEN 0 ELSE " t ".url_link_id END"
+#define SPLIT_JOIN " FROM p CROSS JOIN split sp JOIN visit_record v" \
+	" ON v.visit_time >= greatest(sp.h, p.s) AND v.visit_time < least(sp.h + interval '1 hour', p.e)" \
+	" WHERE v.url_link_id = ANY($1)"
+#define IDX_EXPR "CASE agg.gs WHEN 1 THEN agg.day - $2::date" \
+	" WHEN 2 THEN (extract(epoch FROM agg.h - date_trunc('hour', p.s, 'UTC')) / 3600)::bigint ELSE 0 END"
+
+/* %s: sketch column of link_hour, sketch of split rows, grouping-set id
+ * (1 day, 2 hour, 3 total), uniques aggregate, hourly grouping set. */
+static const char SERIES_SQL[] =
+    "WITH " CTE_P ", " CTE_SPLIT ", pieces AS ("
+    " SELECT " GRP("lh") " AS g, lh.hour AS h, (lh.hour AT TIME ZONE $4)::date AS day,"
+    "  lh.visits AS v, lh.bot_visits AS b, lh.first_visit AS f, lh.last_visit AS l,"
+    "  CASE WHEN lh.visits > 0 THEN lh.hour END AS hh%s"
+    " FROM link_hour lh, p WHERE lh.url_link_id = ANY($1) AND lh.hour >= p.s AND lh.hour < p.e"
+    "  AND lh.hour NOT IN (SELECT h FROM split)"
+    " UNION ALL"
+    " SELECT " GRP("v") ", sp.h, (v.visit_time AT TIME ZONE $4)::date,"
+    "  count(*) FILTER (WHERE NOT v.is_bot), count(*) FILTER (WHERE v.is_bot),"
+    "  min(v.visit_time), max(v.visit_time), CASE WHEN bool_or(NOT v.is_bot) THEN sp.h END%s"
+    SPLIT_JOIN " GROUP BY 1, 2, 3),"
+    " agg AS (SELECT g, %s, sum(v)::bigint AS v, sum(b)::bigint AS b,"
+    "  min(f) AS f, max(l) AS l, min(hh) AS fh, max(hh) AS lh, %s AS u"
+    "  FROM pieces GROUP BY GROUPING SETS ((g, day), %s(g)))"
+    " SELECT agg.g, agg.gs, " IDX_EXPR ", agg.v, agg.b, agg.u,"
+    "  to_char(agg.f, " FMT_US "), to_char(agg.l, " FMT_US "), agg.fh, agg.lh FROM agg, p";
+
+/* Exact unique visitors without hll. %s: grouping-set id, hourly set. */
+static const char UNIQUES_SQL[] =
+    "WITH " CTE_P ", " CTE_SPLIT ", ids AS ("
+    " SELECT " GRP("lv") " AS g, lv.hour AS h, (lv.hour AT TIME ZONE $4)::date AS day, lv.client_id AS c"
+    " FROM link_hour_visitor lv, p WHERE lv.url_link_id = ANY($1) AND lv.hour >= p.s AND lv.hour < p.e"
+    "  AND lv.hour NOT IN (SELECT h FROM split)"
+    " UNION ALL"
+    " SELECT " GRP("v") ", sp.h, (v.visit_time AT TIME ZONE $4)::date, v.client_id"
+    SPLIT_JOIN " AND NOT v.is_bot),"
+    " agg AS (SELECT g, %s, count(DISTINCT c) AS u"
+    "  FROM ids GROUP BY GROUPING SETS ((g, day), %s(g)))"
+    " SELECT agg.g, agg.gs, " IDX_EXPR ", agg.u FROM agg, p";
+
+/* First and last human visit (--exclude-bots): inside the first and last
+ * hours with human visits ($8 groups, $9 first hours, $10 last hours). */
+static const char HUMAN_EDGES_SQL[] =
+    "WITH " CTE_P " SELECT x.g,"
+    " to_char((SELECT min(v.visit_time) FROM visit_record v"
+    "  WHERE v.url_link_id = ANY(CASE WHEN $5 THEN $1 ELSE ARRAY[x.g] END) AND NOT v.is_bot"
+    "  AND v.visit_time >= greatest(x.fh, p.s) AND v.visit_time < least(x.fh + interval '1 hour', p.e)), " FMT_US "),"
+    " to_char((SELECT max(v.visit_time) FROM visit_record v"
+    "  WHERE v.url_link_id = ANY(CASE WHEN $5 THEN $1 ELSE ARRAY[x.g] END) AND NOT v.is_bot"
+    "  AND v.visit_time >= greatest(x.lh, p.s) AND v.visit_time < least(x.lh + interval '1 hour', p.e)), " FMT_US ")"
+    " FROM p, unnest($8::bigint[], $9::timestamptz[], $10::timestamptz[]) AS x(g, fh, lh)";
+
+/* Top-N per dimension: link_day_dim over the UTC days wholly inside the
+ * range [d0, d1), visit_record for the rest (report_visit_dims, 0006). */
+static const char TOP_SQL[] =
+    "WITH " CTE_P ", b AS (SELECT s, e, CASE WHEN s = date_trunc('day', s, 'UTC')"
+    "  THEN (s AT TIME ZONE 'UTC')::date ELSE (s AT TIME ZONE 'UTC')::date + 1 END AS d0,"
+    "  (e AT TIME ZONE 'UTC')::date AS d1 FROM p),"
+    " bt AS (SELECT s, e, d0, d1, d0::timestamp AT TIME ZONE 'UTC' AS t0,"
+    "  d1::timestamp AT TIME ZONE 'UTC' AS t1 FROM b),"
+    " r AS ("
+    " SELECT " GRP("dd") " AS g, dd.dimension, dd.value, dd.is_bot, dd.visits"
+    " FROM link_day_dim dd, bt WHERE dd.url_link_id = ANY($1) AND dd.day >= bt.d0 AND dd.day < bt.d1"
+    "  AND NOT ($6 AND dd.is_bot)"
+    " UNION ALL"
+    " SELECT " GRP("v") ", x.dimension, x.value, v.is_bot, 1"
+    " FROM bt JOIN visit_record v ON v.url_link_id = ANY($1)"
+    "  AND ((v.visit_time >= bt.s AND v.visit_time < least(bt.e, bt.t0))"
+    "   OR (v.visit_time >= greatest(bt.s, bt.t1, bt.t0) AND v.visit_time < bt.e))"
+    " CROSS JOIN LATERAL report_visit_dims(v.country_code::text, v.province, v.city, v.isp,"
+    "  v.browser_type, v.browser_version, v.os_type, v.device_type, v.referer_host, v.language) AS x"
+    " WHERE NOT ($6 AND v.is_bot)),"
+    " sums AS (SELECT g, dimension, value,"
+    "  coalesce(sum(visits) FILTER (WHERE NOT is_bot), 0)::bigint AS v,"
+    "  coalesce(sum(visits) FILTER (WHERE is_bot), 0)::bigint AS b FROM r GROUP BY g, dimension, value),"
+    " k AS (SELECT *, row_number() OVER (PARTITION BY g, dimension ORDER BY v DESC, b DESC, value) AS rn"
+    "  FROM sums WHERE v > 0)"
+    " SELECT g, dimension, value, v, b FROM k WHERE rn <= $7 ORDER BY g, dimension, rn";
+
+static const char LINKS_SQL[] =
+    "SELECT l.id, l.code, CASE WHEN $2 <> '' THEN rtrim($2, '/') || '/' || l.code ELSE l.short_url END,"
+    " l.long_url, to_char(l.create_time, " FMT_S "), array_to_json(l.tags)::text,"
+    " coalesce(t.visits, 0), coalesce(t.bot_visits, 0), l.deleted"
+    " FROM url_link l LEFT JOIN link_total t ON t.url_link_id = l.id WHERE l.id = ANY($1::bigint[]) ORDER BY l.code";
+
+static PGresult *
+exec(struct query *q, const char *sql, int n, const Oid *types, const char *const *vals,
+     char *errstr, size_t errstr_size)
+{
+	PGresult *r = PQexecParams(q->conn, sql, n, types, vals, NULL, NULL, 0);
+	ExecStatusType st = PQresultStatus(r);
+	size_t len;
+
+	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+		return r;
+	errstr_set(errstr, errstr_size, "PostgreSQL: %s",
+	    r ? PQresultErrorMessage(r) : PQerrorMessage(q->conn));
+	len = errstr ? strlen(errstr) : 0;
+	while (len > 0 && (errstr[len - 1] == '\n' || errstr[len - 1] == ' '))
+		errstr[--len] = '\0';
+	PQclear(r);
+	return NULL;
+}
+
+/* "{1,2,3}"; caller frees. */
+static char *
+id_array(const long long *ids, size_t n)
+{
+	char *s = malloc(n * 21 + 3), *p = s;
+
+	if (s == NULL)
+		return NULL;
+	*p++ = '{';
+	for (size_t i = 0; i < n; i++)
+		p += sprintf(p, i ? ",%lld" : "%lld", ids[i]);
+	*p++ = '}';
+	*p = '\0';
+	return s;
+}
+
+static json_t *
+labels(struct query *q, const char *sql, char *errstr, size_t errstr_size)
+{
+	static const Oid types[] = { OID_INT8ARR, OID_DATE, OID_DATE, OID_TEXT };
+	const char *vals[] = { "{}", q->from, q->to, q->tz };
+	PGresult *r = exec(q, sql, 4, types, vals, errstr, errstr_size);
+	json_t *a;
+
+	if (r == NULL)
+		return NULL;
+	a = json_array();
+	for (int i = 0; i < PQntuples(r); i++)
+		json_array_append_new(a, json_string(PQgetvalue(r, i, 0)));
+	PQclear(r);
+	return a;
+}
+
+struct query *
+query_open(const char *dsn, const char *tz, const char *from, const char *to, int exclude_bots,
+           long long top_n, const char *base_url, int *bad_input, char *errstr, size_t errstr_size)
+{
+	struct query *q = calloc(1, sizeof(*q));
+	PGresult *r;
+	const char *vals[3];
+	int ndays;
+
+	*bad_input = 0;
+	if (q == NULL || (q->tz = strdup(tz)) == NULL || (q->base_url = strdup(base_url)) == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		query_close(q);
+		return NULL;
+	}
+	q->exclude_bots = exclude_bots;
+	q->top_n = top_n;
+	snprintf(q->top_n_s, sizeof(q->top_n_s), "%lld", top_n);
+	q->conn = PQconnectdb(dsn);
+	if (PQstatus(q->conn) != CONNECTION_OK) {
+		errstr_set(errstr, errstr_size, "PostgreSQL: %s", PQerrorMessage(q->conn));
+		query_close(q);
+		return NULL;
+	}
+	/* The zone: PostgreSQL's own tz database decides what exists. */
+	vals[0] = tz;
+	if ((r = exec(q, "SELECT set_config('TimeZone', $1, false)", 1, NULL, vals, NULL, 0)) == NULL) {
+		errstr_set(errstr, errstr_size, "unknown time zone \"%s\" (use an IANA name such as "
+		    "Europe/Paris or Asia/Shanghai)", tz);
+		*bad_input = 1;
+		query_close(q);
+		return NULL;
+	}
+	PQclear(r);
+	vals[0] = from;
+	vals[1] = to;
+	vals[2] = tz;
+	r = exec(q, "SELECT coalesce($1::date, coalesce($2::date, (now() AT TIME ZONE $3)::date) - 29),"
+	    " coalesce($2::date, (now() AT TIME ZONE $3)::date),"
+	    " (SELECT count(*) FROM pg_attribute WHERE attrelid = 'link_hour'::regclass"
+	    "  AND attname = 'visitors' AND NOT attisdropped)", 3, NULL, vals, errstr, errstr_size);
+	if (r == NULL) {
+		query_close(q);
+		return NULL;
+	}
+	snprintf(q->from, sizeof(q->from), "%s", PQgetvalue(r, 0, 0));
+	snprintf(q->to, sizeof(q->to), "%s", PQgetvalue(r, 0, 1));
+	q->hll = strcmp(PQgetvalue(r, 0, 2), "1") == 0;
+	PQclear(r);
+	if (strcmp(q->from, q->to) > 0) {
+		errstr_set(errstr, errstr_size, "--from %s is after --to %s", q->from, q->to);
+		*bad_input = 1;
+		query_close(q);
+		return NULL;
+	}
+	if ((q->days = labels(q, "SELECT to_char(d, 'YYYY-MM-DD') FROM generate_series($2::date::timestamp,"
+	    " $3::date::timestamp, interval '1 day') AS d", errstr, errstr_size)) == NULL) {
+		query_close(q);
+		return NULL;
+	}
+	ndays = (int)json_array_size(q->days);
+	if (ndays > 3700) {
+		errstr_set(errstr, errstr_size, "range of %d days is too long (at most 3700)", ndays);
+		*bad_input = 1;
+		query_close(q);
+		return NULL;
+	}
+	if (ndays <= 7 && (q->hours = labels(q, "WITH " CTE_P " SELECT to_char(greatest(hh, p.s), " FMT_S ")"
+	    " FROM p, generate_series(date_trunc('hour', p.s, 'UTC'), p.e - interval '1 microsecond',"
+	    " interval '1 hour') AS hh ORDER BY hh", errstr, errstr_size)) == NULL) {
+		query_close(q);
+		return NULL;
+	}
+	q->range.from = q->from;
+	q->range.to = q->to;
+	q->range.tz = q->tz;
+	q->range.exclude_bots = exclude_bots;
+	q->range.top_n = top_n;
+	q->range.days = q->days;
+	q->range.hours = q->hours;
+	log_debug("range %s..%s tz=%s days=%d hll=%d", q->from, q->to, tz, ndays, q->hll);
+	return q;
+}
+
+void
+query_close(struct query *q)
+{
+	if (q == NULL)
+		return;
+	if (q->conn != NULL)
+		PQfinish(q->conn);
+	json_decref(q->days);
+	json_decref(q->hours);
+	free(q->tz);
+	free(q->base_url);
+	free(q);
+}
+
+const struct model_range *
+query_range(const struct query *q)
+{
+	return &q->range;
+}
+
+int
+query_link_id(struct query *q, const char *code, long long *id, char *errstr, size_t errstr_size)
+{
+	const char *vals[1] = { code };
+	PGresult *r = exec(q, "SELECT id FROM url_link WHERE code = $1", 1, NULL, vals, errstr,
+	    errstr_size);
+	int found;
+
+	if (r == NULL)
+		return -1;
+	found = PQntuples(r) == 1;
+	if (found)
+		*id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
+	return found;
+}
+
+int
+query_link_ids(struct query *q, const char *tag, int include_empty, long long **ids, size_t *n,
+               char *errstr, size_t errstr_size)
+{
+	static const Oid types[] = { OID_TEXT, OID_DATE, OID_DATE, OID_TEXT, OID_BOOL };
+	const char *vals[] = { tag ? tag : "", q->from, q->to, q->tz, q->exclude_bots ? "t" : "f" };
+	const char *sql;
+	PGresult *r;
+
+	if (tag != NULL)
+		sql = "SELECT id FROM url_link WHERE tags @> ARRAY[$1] ORDER BY code";
+	else if (include_empty)
+		sql = "SELECT id FROM url_link ORDER BY code";
+	else
+		sql = "WITH " CTE_P " SELECT l.id FROM url_link l JOIN (SELECT DISTINCT lh.url_link_id"
+		    " FROM link_hour lh, p WHERE lh.hour >= date_trunc('hour', p.s, 'UTC') AND lh.hour < p.e"
+		    " AND (lh.visits > 0 OR (NOT $5 AND lh.bot_visits > 0))) a ON a.url_link_id = l.id"
+		    " ORDER BY l.code";
+	if ((r = exec(q, sql, 5, types, vals, errstr, errstr_size)) == NULL)
+		return -1;
+	*n = (size_t)PQntuples(r);
+	*ids = malloc((*n ? *n : 1) * sizeof(**ids));
+	if (*ids == NULL) {
+		PQclear(r);
+		errstr_set(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < *n; i++)
+		(*ids)[i] = strtoll(PQgetvalue(r, (int)i, 0), NULL, 10);
+	PQclear(r);
+	return 0;
+}
+
+/* Where group g's figures go: reps[0] when combined, else the report of
+ * link id g (ids sorted by index in order[]). */
+struct targets {
+	const long long *ids;
+	json_t **reps;
+	size_t *order;
+	size_t n;
+	int combined;
+};
+
+static const long long *sort_ids;
+
+static int
+cmp_order(const void *a, const void *b)
+{
+	long long x = sort_ids[*(const size_t *)a], y = sort_ids[*(const size_t *)b];
+
+	return x < y ? -1 : x > y;
+}
+
+static json_t *
+target_of(const struct targets *t, const char *gs)
+{
+	long long g = strtoll(gs, NULL, 10);
+	size_t lo = 0, hi = t->n;
+
+	if (t->combined)
+		return t->reps[0];
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		long long v = t->ids[t->order[mid]];
+
+		if (v == g)
+			return t->reps[t->order[mid]];
+		if (v < g)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static const char *
+nul(PGresult *r, int i, int c)
+{
+	return PQgetisnull(r, i, c) ? NULL : PQgetvalue(r, i, c);
+}
+
+static int
+kind_of(const char *gs)
+{
+	return gs[0] == '1' ? 'd' : gs[0] == '2' ? 'h' : 't';
+}
+
+static int
+human_edges(struct query *q, const struct targets *t, const char *const *vals, PGresult *series,
+            char *errstr, size_t errstr_size)
+{
+	static const Oid types[] = { OID_INT8ARR, OID_DATE, OID_DATE, OID_TEXT, OID_BOOL, OID_BOOL,
+	    OID_INT8, OID_INT8ARR, OID_TSTZARR, OID_TSTZARR };
+	size_t cap = 64, len[3] = { 0, 0, 0 };
+	char *buf[3];
+	const char *v[10];
+	PGresult *r;
+	int rc = -1;
+
+	for (int k = 0; k < 3; k++) {
+		buf[k] = malloc(cap);
+		if (buf[k] == NULL)
+			goto out;
+		buf[k][len[k]++] = '{';
+	}
+	for (int i = 0; i < PQntuples(series); i++) {
+		if (kind_of(PQgetvalue(series, i, 1)) != 't' || PQgetisnull(series, i, 8))
+			continue;
+		for (int k = 0; k < 3; k++) {
+			const char *s = PQgetvalue(series, i, k == 0 ? 0 : 7 + k);
+			size_t need = len[k] + strlen(s) + 4;
+
+			if (need > cap) {
+				size_t ncap = need * 2;
+
+				for (int j = 0; j < 3; j++) {
+					char *nb = realloc(buf[j], ncap);
+
+					if (nb == NULL)
+						goto out;
+					buf[j] = nb;
+				}
+				cap = ncap;
+			}
+			len[k] += (size_t)sprintf(buf[k] + len[k], len[k] > 1 ? ",\"%s\"" : "\"%s\"", s);
+		}
+	}
+	for (int k = 0; k < 3; k++) {
+		buf[k][len[k]++] = '}';
+		buf[k][len[k]] = '\0';
+	}
+	memcpy(v, vals, 7 * sizeof(*v));
+	v[7] = buf[0];
+	v[8] = buf[1];
+	v[9] = buf[2];
+	if ((r = exec(q, HUMAN_EDGES_SQL, 10, types, v, errstr, errstr_size)) == NULL)
+		goto out;
+	for (int i = 0; i < PQntuples(r); i++) {
+		json_t *rep = target_of(t, PQgetvalue(r, i, 0));
+
+		if (rep != NULL)
+			model_set_first_last(rep, nul(r, i, 1), nul(r, i, 2));
+	}
+	PQclear(r);
+	rc = 0;
+out:
+	if (rc < 0 && errstr && !*errstr)
+		errstr_set(errstr, errstr_size, "out of memory");
+	for (int k = 0; k < 3; k++)
+		free(buf[k]);
+	return rc;
+}
+
+/* Runs the series, uniques and top queries for ids into t. */
+static int
+fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
+     char *errstr, size_t errstr_size)
+{
+	static const Oid types[] = { OID_INT8ARR, OID_DATE, OID_DATE, OID_TEXT, OID_BOOL, OID_BOOL,
+	    OID_INT8 };
+	const char *vals[7];
+	char *arr = id_array(ids, n), sql[sizeof(SERIES_SQL) + 512];
+	const char *hourly = q->hours ? "(g, h), " : "";
+	const char *gs = q->hours ? "grouping(day, h) AS gs, day, h" :
+	    "CASE grouping(day) WHEN 0 THEN 1 ELSE 3 END AS gs, day, NULL::timestamptz AS h";
+	PGresult *r;
+	int rc = -1;
+
+	errstr_set(errstr, errstr_size, "%s", "");
+	if (arr == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	vals[0] = arr;
+	vals[1] = q->from;
+	vals[2] = q->to;
+	vals[3] = q->tz;
+	vals[4] = t->combined ? "t" : "f";
+	vals[5] = q->exclude_bots ? "t" : "f";
+	vals[6] = q->top_n_s;
+	if (q->hll)
+		snprintf(sql, sizeof(sql), SERIES_SQL, ", lh.visitors AS sk",
+		    ", coalesce(hll_add_agg(hll_hash_text(v.client_id::text)) FILTER (WHERE NOT v.is_bot),"
+		    " hll_empty())", gs, "coalesce(round(hll_cardinality(hll_union_agg(sk))), 0)::bigint", hourly);
+	else
+		snprintf(sql, sizeof(sql), SERIES_SQL, "", "", gs, "0::bigint", hourly);
+	if ((r = exec(q, sql, 7, types, vals, errstr, errstr_size)) == NULL)
+		goto out;
+	for (int i = 0; i < PQntuples(r); i++) {
+		json_t *rep = target_of(t, PQgetvalue(r, i, 0));
+		int kind = kind_of(PQgetvalue(r, i, 1));
+		long long idx = strtoll(PQgetvalue(r, i, 2), NULL, 10);
+
+		if (rep == NULL)
+			continue;
+		model_set_counts(rep, kind, idx, strtoll(PQgetvalue(r, i, 3), NULL, 10),
+		    strtoll(PQgetvalue(r, i, 4), NULL, 10), nul(r, i, 6), nul(r, i, 7));
+		if (q->hll)
+			model_set_uniques(rep, kind, idx, strtoll(PQgetvalue(r, i, 5), NULL, 10));
+	}
+	if (q->exclude_bots && human_edges(q, t, vals, r, errstr, errstr_size) < 0) {
+		PQclear(r);
+		goto out;
+	}
+	PQclear(r);
+	if (!q->hll) {
+		snprintf(sql, sizeof(sql), UNIQUES_SQL, gs, hourly);
+		if ((r = exec(q, sql, 7, types, vals, errstr, errstr_size)) == NULL)
+			goto out;
+		for (int i = 0; i < PQntuples(r); i++) {
+			json_t *rep = target_of(t, PQgetvalue(r, i, 0));
+
+			if (rep != NULL)
+				model_set_uniques(rep, kind_of(PQgetvalue(r, i, 1)),
+				    strtoll(PQgetvalue(r, i, 2), NULL, 10), strtoll(PQgetvalue(r, i, 3), NULL, 10));
+		}
+		PQclear(r);
+	}
+	if ((r = exec(q, TOP_SQL, 7, types, vals, errstr, errstr_size)) == NULL)
+		goto out;
+	for (int i = 0; i < PQntuples(r); i++) {
+		json_t *rep = target_of(t, PQgetvalue(r, i, 0));
+
+		if (rep != NULL)
+			model_top_add(rep, PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+			    strtoll(PQgetvalue(r, i, 3), NULL, 10), strtoll(PQgetvalue(r, i, 4), NULL, 10));
+	}
+	PQclear(r);
+	rc = 0;
+out:
+	free(arr);
+	return rc;
+}
+
+static PGresult *
+links(struct query *q, const long long *ids, size_t n, char **arr, char *errstr, size_t errstr_size)
+{
+	const char *vals[2];
+
+	if ((*arr = id_array(ids, n)) == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	vals[0] = *arr;
+	vals[1] = q->base_url;
+	return exec(q, LINKS_SQL, 2, NULL, vals, errstr, errstr_size);
+}
+
+int
+query_reports(struct query *q, const long long *ids, size_t n, json_t **out,
+              char *errstr, size_t errstr_size)
+{
+	struct targets t = { ids, out, NULL, n, 0 };
+	char *arr = NULL;
+	PGresult *r;
+	int rc = -1;
+
+	for (size_t i = 0; i < n; i++)
+		out[i] = NULL;
+	if (n == 0)
+		return 0;
+	if ((t.order = malloc(n * sizeof(*t.order))) == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		t.order[i] = i;
+	sort_ids = ids;
+	qsort(t.order, n, sizeof(*t.order), cmp_order);
+	if ((r = links(q, ids, n, &arr, errstr, errstr_size)) == NULL)
+		goto out;
+	for (int i = 0; i < PQntuples(r); i++) {
+		struct model_link l;
+		json_t **slot;
+		size_t lo = 0, hi = n;
+		long long id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+
+		while (lo < hi) {
+			size_t mid = (lo + hi) / 2;
+
+			if (ids[t.order[mid]] < id)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (lo == n || ids[t.order[lo]] != id)
+			continue;
+		slot = &out[t.order[lo]];
+		l.code = PQgetvalue(r, i, 1);
+		l.short_url = PQgetvalue(r, i, 2);
+		l.long_url = PQgetvalue(r, i, 3);
+		l.created_at = PQgetvalue(r, i, 4);
+		l.tags_json = PQgetvalue(r, i, 5);
+		l.all_time = strtoll(PQgetvalue(r, i, 6), NULL, 10);
+		l.all_time_bots = strtoll(PQgetvalue(r, i, 7), NULL, 10);
+		l.deleted = strcmp(PQgetvalue(r, i, 8), "0") != 0;
+		if ((*slot = model_new_link(&l, &q->range)) == NULL) {
+			errstr_set(errstr, errstr_size, "link %s: cannot build report", l.code);
+			PQclear(r);
+			goto out;
+		}
+	}
+	PQclear(r);
+	rc = fill(q, ids, n, &t, errstr, errstr_size);
+out:
+	if (rc < 0)
+		for (size_t i = 0; i < n; i++) {
+			json_decref(out[i]);
+			out[i] = NULL;
+		}
+	free(arr);
+	free(t.order);
+	return rc;
+}
+
+json_t *
+query_combined(struct query *q, const char *tag, const long long *ids, size_t n,
+               char *errstr, size_t errstr_size)
+{
+	json_t *codes = json_array(), *rep = NULL;
+	long long all = 0, bots = 0;
+	struct targets t = { ids, &rep, NULL, n, 1 };
+	char *arr = NULL;
+	PGresult *r = links(q, ids, n, &arr, errstr, errstr_size);
+
+	free(arr);
+	if (r == NULL) {
+		json_decref(codes);
+		return NULL;
+	}
+	for (int i = 0; i < PQntuples(r); i++) {
+		json_array_append_new(codes, json_string(PQgetvalue(r, i, 1)));
+		all += strtoll(PQgetvalue(r, i, 6), NULL, 10);
+		bots += strtoll(PQgetvalue(r, i, 7), NULL, 10);
+	}
+	PQclear(r);
+	if ((rep = model_new_tag(tag, codes, all, bots, &q->range)) == NULL) {
+		errstr_set(errstr, errstr_size, "cannot build the combined report");
+		return NULL;
+	}
+	if (n > 0 && fill(q, ids, n, &t, errstr, errstr_size) < 0) {
+		json_decref(rep);
+		return NULL;
+	}
+	return rep;
+}

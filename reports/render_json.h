@@ -1,0 +1,12 @@
+/* render_json.h - writes a report (or index) as UTF-8 JSON, two-space indent. */
+#ifndef LP_REPORTS_RENDER_JSON_H
+#define LP_REPORTS_RENDER_JSON_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/* Writes doc (borrowed) and a final newline to f. 0, or -1 with errstr. */
+int render_json(const json_t *doc, FILE *f, char *errstr, size_t errstr_size);
+
+#endif
