@@ -154,7 +154,13 @@ def test_compose_wiring(compose):
                 assert host in services, f"service {name}: {var} points at {host}, no such service"
             if "LINKPULSE_KAFKA_TOPIC" in env:
                 topics.add(env["LINKPULSE_KAFKA_TOPIC"])
-            if prog != "reports":
+            if prog == "reports":
+                cmd = " ".join(str(x) for x in svc.get("command") or [])
+                out = re.search(r"--out (\S+?);?\s", cmd + " ").group(1)
+                assert "--all" in cmd and any(str(v).split(":")[1] == out
+                                              for v in svc.get("volumes") or []), \
+                    f"{name}: reports --all --out DIR with DIR on a volume"
+            else:
                 deps = svc.get("depends_on") or {}
                 assert deps.get("migrate", {}).get("condition") == \
                     "service_completed_successfully", f"{name} must wait for migrations"
@@ -258,7 +264,11 @@ def test_systemd_unit_keys(path):
         name = env.split("=", 1)[0]
         assert name in accepted, f"Environment={env}: {prog} does not accept {name}"
     if prog == "reports":
-        assert one("Type") == "oneshot" and one("ExecStart").endswith(" --all")
+        argv = one("ExecStart").split()
+        assert one("Type") == "oneshot" and "--all" in argv
+        out = argv[argv.index("--out") + 1]
+        state = "/var/lib/" + one("StateDirectory").split()[0]
+        assert out.startswith(state + "/"), f"--out {out} is not writable (ProtectSystem=strict)"
     else:
         assert one("Type") == "simple"
         assert one("ExecReload") == "/bin/kill -HUP $MAINPID"
