@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -150,6 +151,42 @@ const char *
 http_header(struct http_req *req, const char *name)
 {
 	return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+struct join {
+	const char *name;
+	char *buf;
+	size_t size, len;
+	int found;
+};
+
+static enum MHD_Result
+join_cb(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	struct join *j = cls;
+	int n;
+
+	(void)kind;
+	if (key == NULL || value == NULL || strcasecmp(key, j->name) != 0)
+		return MHD_YES;
+	n = snprintf(j->buf + j->len, j->size - j->len, "%s%s", j->found ? ", " : "", value);
+	j->found = 1;
+	j->len += n < 0 ? 0 : (size_t)n;
+	if (j->len >= j->size)
+		j->len = j->size - 1;
+	return MHD_YES;
+}
+
+char *
+http_header_join(struct http_req *req, const char *name, char *buf, size_t size)
+{
+	struct join j = { name, buf, size, 0, 0 };
+
+	if (size == 0)
+		return NULL;
+	buf[0] = '\0';
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, join_cb, &j);
+	return j.found ? buf : NULL;
 }
 
 static enum MHD_Result

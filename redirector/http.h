@@ -47,6 +47,10 @@ void http_stop(struct http_server *s);
 /* Request header value or NULL (libmicrohttpd owns it). */
 const char *http_header(struct http_req *req, const char *name);
 
+/* Every value of header name joined with ", " into buf (truncated to
+ * size - 1), or NULL when the header is absent. Returns buf or NULL. */
+char *http_header_join(struct http_req *req, const char *name, char *buf, size_t size);
+
 /* Responders: each queues a response and returns the MHD result. */
 enum MHD_Result http_json(struct http_req *req, unsigned status, json_t *body /* stolen */);
 /* {"error": {"code": code, "message": message, "field": field?}} */

@@ -4,6 +4,7 @@
 #include "apikey.h"
 #include "bloom.h"
 #include "config.h"
+#include "events.h"
 #include "http.h"
 #include "kv.h"
 #include "links.h"
@@ -44,6 +45,18 @@ struct redirector_conf {
 	long long bloom_expected;
 	long long bloom_fpr_ppm;
 	long long link_cache_ttl_s;
+	char *trusted_proxies;
+	long long cache_max_entries;
+	long long cache_max_bytes;
+	long long cache_ttl_ms;
+	long long cache_negative_ttl_ms;
+	long long worker_id;
+	long long kafka_linger_ms;
+	long long kafka_queue_max_messages;
+	long long kafka_message_timeout_ms;
+	long long shutdown_flush_ms;
+	long long spool_max_bytes;
+	long long spool_fsync_ms;
 	char *log_level;
 	char *log_format;
 };
@@ -61,7 +74,7 @@ static const struct cfg_opt redirector_tab[] = {
 	{ "redis_timeout_ms", CFG_INT, "200", 10, 10000, NULL, OFF(redis_timeout_ms), 0,
 	  "Redis connect and command timeout" },
 	{ "kafka_bootstrap", CFG_STR, "127.0.0.1:9092", 0, 0, NULL, OFF(kafka_bootstrap), 0,
-	  "Kafka bootstrap.servers for visit events" },
+	  "Kafka bootstrap.servers for visit events (empty = publish no events)" },
 	{ "kafka_topic", CFG_STR, "visits", 0, 0, NULL, OFF(kafka_topic), 0, "topic for visit events" },
 	{ "spool_dir", CFG_STR, "var/spool", 0, 0, NULL, OFF(spool_dir), 0,
 	  "directory of the on-disk event spool used while Kafka is unreachable" },
@@ -89,6 +102,31 @@ static const struct cfg_opt redirector_tab[] = {
 	  "Bloom filter target false-positive rate, parts per million (1000 = 0.1%)" },
 	{ "link_cache_ttl_s", CFG_INT, "86400", 1, 31536000, NULL, OFF(link_cache_ttl_s), 0,
 	  "TTL of link records cached in Redis" },
+	{ "trusted_proxies", CFG_STR, "", 0, 0, NULL, OFF(trusted_proxies), 0,
+	  "comma-separated CIDRs of proxies whose X-Forwarded-For is believed (empty = none)" },
+	{ "cache_max_entries", CFG_INT, "100000", 1, 100000000, NULL, OFF(cache_max_entries), 0,
+	  "most links in the in-process redirect cache" },
+	{ "cache_max_bytes", CFG_INT, "67108864", 65536, 68719476736LL, NULL, OFF(cache_max_bytes), 0,
+	  "most memory of the in-process redirect cache" },
+	{ "cache_ttl_ms", CFG_INT, "5000", 1, 3600000, NULL, OFF(cache_ttl_ms), 0,
+	  "how long a link stays in the in-process cache: edits made through another "
+	  "redirector take effect within this" },
+	{ "cache_negative_ttl_ms", CFG_INT, "1000", 1, 600000, NULL, OFF(cache_negative_ttl_ms), 0,
+	  "how long an unknown code is remembered as unknown" },
+	{ "worker_id", CFG_INT, "0", 0, 1023, NULL, OFF(worker_id), 0,
+	  "event id worker number: unique per redirector process sharing a topic" },
+	{ "kafka_linger_ms", CFG_INT, "5", 0, 60000, NULL, OFF(kafka_linger_ms), 0,
+	  "linger.ms: how long events wait to be batched" },
+	{ "kafka_queue_max_messages", CFG_INT, "100000", 1, 10000000, NULL, OFF(kafka_queue_max_messages), 0,
+	  "librdkafka queue size (queue.buffering.max.messages); beyond it events go to the spool" },
+	{ "kafka_message_timeout_ms", CFG_INT, "30000", 1000, 3600000, NULL, OFF(kafka_message_timeout_ms), 0,
+	  "message.timeout.ms: events undelivered after this go to the spool" },
+	{ "shutdown_flush_ms", CFG_INT, "5000", 0, 600000, NULL, OFF(shutdown_flush_ms), 0,
+	  "at SIGTERM, wait this long for Kafka to take queued events; the rest are spooled" },
+	{ "spool_max_bytes", CFG_INT, "1073741824", 65536, 1099511627776LL, NULL, OFF(spool_max_bytes), 0,
+	  "cap of the event spool; beyond it events are dropped (counted, logged at error)" },
+	{ "spool_fsync_ms", CFG_INT, "50", 1, 10000, NULL, OFF(spool_fsync_ms), 0,
+	  "the spool is written and fsynced in batches this often" },
 	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", OFF(log_level), 1, "log level" },
 	{ "log_format", CFG_ENUM, "logfmt", 0, 0, "logfmt|json", OFF(log_format), 1, "log line format" },
 	CFG_END
@@ -109,6 +147,7 @@ struct app {
 	struct pool *pool;
 	struct links *links;
 	struct redirect *redir;
+	struct events *events;
 	struct api api;
 };
 
@@ -118,8 +157,16 @@ route(void *ctx, struct http_req *req)
 	struct app *app = ctx;
 	const char *p = req->path;
 
-	if (strncmp(p, "/api/v1", 7) == 0 && (p[7] == '/' || p[7] == '\0'))
-		return api_handle(&app->api, req, p + 7);
+	if (strncmp(p, "/api/v1", 7) == 0 && (p[7] == '/' || p[7] == '\0')) {
+		enum MHD_Result r = api_handle(&app->api, req, p + 7);
+
+		/* An edit through this process is seen by its redirects at once
+		 * (other processes: within cache_ttl_ms). */
+		if ((strcmp(req->method, "PATCH") == 0 || strcmp(req->method, "DELETE") == 0) &&
+		    strncmp(p, "/api/v1/links/", 14) == 0 && strchr(p + 14, '/') == NULL)
+			redirect_invalidate(app->redir, p + 14);
+		return r;
+	}
 	if (strcmp(p, "/healthz") == 0)
 		return http_json(req, 200, json_pack("{s:s}", "status", "ok"));
 	if (strcmp(p, "/readyz") == 0)
@@ -204,6 +251,7 @@ static void
 app_free(struct app *app)
 {
 	redirect_free(app->redir);
+	events_close(app->events);
 	links_free(app->links);
 	pool_free(app->pool);
 	bloom_free(app->bloom);
@@ -220,6 +268,7 @@ serve(struct app *app)
 	struct http_conf hc;
 	struct links_conf lc;
 	struct redirect_conf rc;
+	struct events_conf ec;
 	struct http_server *srv;
 	char errstr[512];
 	sigset_t set;
@@ -242,22 +291,47 @@ serve(struct app *app)
 		log_fatalx("%s", errstr);
 		return 1;
 	}
-	memset(&rc, 0, sizeof(rc));
-	rc.base_url = cf->base_url;
-	if ((app->redir = redirect_new(&rc, app->pg, app->kv, errstr, sizeof(errstr))) == NULL) {
-		log_fatalx("%s", errstr);
-		return 1;
-	}
-	app->api.links = app->links;
-	app->api.pg = app->pg;
-
-	/* Signals are taken by sigwait below; every thread inherits the mask. */
+	/* Signals are taken by sigwait below; every thread (librdkafka's too)
+	 * inherits the mask. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+
+	if (*cf->kafka_bootstrap == '\0') {
+		log_warnx("kafka_bootstrap is empty: visits are NOT recorded");
+	} else {
+		memset(&ec, 0, sizeof(ec));
+		ec.bootstrap = cf->kafka_bootstrap;
+		ec.topic = cf->kafka_topic;
+		ec.spool_dir = cf->spool_dir;
+		ec.linger_ms = (int)cf->kafka_linger_ms;
+		ec.queue_max_messages = (int)cf->kafka_queue_max_messages;
+		ec.message_timeout_ms = (int)cf->kafka_message_timeout_ms;
+		ec.shutdown_flush_ms = (int)cf->shutdown_flush_ms;
+		ec.spool_max_bytes = (uint64_t)cf->spool_max_bytes;
+		ec.spool_fsync_ms = (int)cf->spool_fsync_ms;
+		ec.worker_id = (int)cf->worker_id;
+		if ((app->events = events_new(&ec, errstr, sizeof(errstr))) == NULL) {
+			log_fatalx("%s", errstr);
+			return 1;
+		}
+	}
+	memset(&rc, 0, sizeof(rc));
+	rc.trusted_proxies = cf->trusted_proxies;
+	rc.cache_max_entries = cf->cache_max_entries;
+	rc.cache_max_bytes = cf->cache_max_bytes;
+	rc.cache_ttl_ms = (int)cf->cache_ttl_ms;
+	rc.cache_negative_ttl_ms = (int)cf->cache_negative_ttl_ms;
+	if ((app->redir = redirect_new(&rc, app->pg, app->kv, app->links, app->events, errstr,
+	    sizeof(errstr))) == NULL) {
+		log_fatalx("%s", errstr);
+		return 1;
+	}
+	app->api.links = app->links;
+	app->api.pg = app->pg;
 
 	if (pool_start(app->pool, errstr, sizeof(errstr)) < 0) {
 		log_fatalx("%s", errstr);
@@ -288,6 +362,9 @@ serve(struct app *app)
 	log_info("signal %d: draining", sig);
 	http_quiesce(srv);
 	http_stop(srv);
+	/* No request runs any more: flush what Kafka has not taken yet. */
+	events_close(app->events);
+	app->events = NULL;
 	log_info("stopped");
 	return 0;
 }

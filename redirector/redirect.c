@@ -1,65 +1,282 @@
-/* redirect.c - the redirect path: code from "/{code}" or "/?{code}", link
- * state checked in one query (404 unknown or not yet valid; 410 expired,
- * disabled, deleted or over max visits), then the link's redirect. */
+/* redirect.c - the redirect path: code from "/{code}" or "/?{code}", the link
+ * record from the cache (loaded from Redis's lp:link:<code> or PostgreSQL),
+ * its state evaluated per request (404 unknown or not yet valid; 410 expired,
+ * disabled, deleted or over max visits), a prepared redirect response, and
+ * the visit event. */
 #include "redirect.h"
+#include "clientip.h"
 #include "codes.h"
+#include "errstr.h"
 #include "log.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct redirect {
 	struct pgpool *pg;
 	struct kv *kv;
+	struct links *links;
+	struct events *events;
+	struct clientip *trusted;
+	struct lcache *cache;
+	struct MHD_Response *unknown, *not_yet, *gone; /* shared bodies */
 };
+
+/* Parses PostgreSQL's JSON timestamptz text ("2026-03-05T10:00:00.5+01:00")
+ * to µs since the epoch; 0 on success. */
+static int
+parse_ts(const char *s, int64_t *us)
+{
+	struct tm tm;
+	int n = 0, off = 0;
+	long frac = 0, scale = 1000000;
+	time_t t;
+
+	memset(&tm, 0, sizeof(tm));
+	if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+	    &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6)
+		return -1;
+	s += n;
+	if (*s == '.') {
+		for (s++; *s >= '0' && *s <= '9'; s++)
+			if (scale > 1) {
+				scale /= 10;
+				frac += (*s - '0') * scale;
+			}
+	}
+	if (*s == '+' || *s == '-') {
+		int sign = *s == '-' ? -1 : 1, hh = 0, mm = 0, ss = 0;
+
+		if (sscanf(s + 1, "%2d:%2d:%2d", &hh, &mm, &ss) < 1)
+			return -1;
+		off = sign * (hh * 3600 + mm * 60 + ss);
+	} else if (*s != 'Z' && *s != '\0') {
+		return -1;
+	}
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	if ((t = timegm(&tm)) == (time_t)-1)
+		return -1;
+	*us = ((int64_t)t - off) * 1000000 + frac;
+	return 0;
+}
+
+/* Link JSON (links.c's layout, from Redis or links_get) -> rec. */
+static int
+rec_from_json(json_t *j, struct lcache_rec *rec, char *errstr, size_t errstr_size)
+{
+	json_t *vs = json_object_get(j, "valid_since"), *ex = json_object_get(j, "expires_at");
+	json_t *mv = json_object_get(j, "max_visits");
+	const char *url = json_string_value(json_object_get(j, "long_url"));
+
+	rec->id = (long long)json_integer_value(json_object_get(j, "id"));
+	rec->redirect_type = (int)json_integer_value(json_object_get(j, "redirect_type"));
+	rec->valid_since_us = INT64_MIN;
+	rec->expires_at_us = INT64_MAX;
+	rec->max_visits = json_is_integer(mv) ? (long long)json_integer_value(mv) : 0;
+	rec->hits = (long long)json_integer_value(json_object_get(j, "hits"));
+	rec->disabled = json_is_true(json_object_get(j, "disabled"));
+	rec->deleted = json_is_true(json_object_get(j, "deleted"));
+	if (rec->id <= 0 || url == NULL || (rec->redirect_type != 301 && rec->redirect_type != 302 &&
+	    rec->redirect_type != 307 && rec->redirect_type != 308) ||
+	    (json_is_string(vs) && parse_ts(json_string_value(vs), &rec->valid_since_us) < 0) ||
+	    (json_is_string(ex) && parse_ts(json_string_value(ex), &rec->expires_at_us) < 0)) {
+		errstr_set(errstr, errstr_size, "malformed link record");
+		return -1;
+	}
+	if ((rec->long_url = strdup(url)) == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* Loader behind the in-process cache: Redis, then PostgreSQL. Redis's copy
+ * of "hits" is only as fresh as the record, so links with max_visits are
+ * always read from PostgreSQL. */
+static int
+load(void *ctx, const char *code, struct lcache_rec *rec, char *errstr, size_t errstr_size)
+{
+	struct redirect *r = ctx;
+	struct links_err err;
+	redisReply *rep = kv_cmd(r->kv, "GET lp:link:%s", code);
+	json_t *j = NULL;
+	int rc;
+
+	if (rep != NULL && rep->type == REDIS_REPLY_STRING) {
+		j = json_loadb(rep->str, rep->len, 0, NULL);
+		if (j != NULL && !json_is_null(json_object_get(j, "max_visits"))) {
+			json_decref(j);
+			j = NULL;
+		}
+	}
+	if (rep != NULL)
+		freeReplyObject(rep);
+	if (j == NULL && links_get(r->links, code, &j, &err) < 0) {
+		if (err.status == 404)
+			return 0;
+		errstr_set(errstr, errstr_size, "%s", err.msg);
+		return -1;
+	}
+	rc = rec_from_json(j, rec, errstr, errstr_size);
+	json_decref(j);
+	return rc < 0 ? -1 : 1;
+}
+
+/* The prepared redirect response of an entry: no body, Location. */
+static void *
+make_response(void *ctx, const char *code, const struct lcache_rec *rec)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL,
+	    MHD_RESPMEM_PERSISTENT);
+
+	(void)ctx;
+	(void)code;
+	if (resp == NULL)
+		return NULL;
+	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rec->long_url) == MHD_NO ||
+	    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+	    "private, max-age=0") == MHD_NO) {
+		MHD_destroy_response(resp);
+		return NULL;
+	}
+	return resp;
+}
+
+static void
+free_response(void *aux)
+{
+	MHD_destroy_response(aux);
+}
+
+static struct MHD_Response *
+json_response(const char *body)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body),
+	    (void *)(uintptr_t)body, MHD_RESPMEM_PERSISTENT);
+
+	if (resp != NULL) {
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	}
+	return resp;
+}
 
 struct redirect *
 redirect_new(const struct redirect_conf *conf, struct pgpool *pg, struct kv *kv,
-             char *errstr, size_t errstr_size)
+             struct links *links, struct events *events, char *errstr, size_t errstr_size)
 {
 	struct redirect *r = calloc(1, sizeof(*r));
+	struct lcache_conf cc;
 
-	(void)conf;
 	if (r == NULL) {
-		snprintf(errstr, errstr_size, "out of memory");
+		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
 	r->pg = pg;
 	r->kv = kv;
+	r->links = links;
+	r->events = events;
+	memset(&cc, 0, sizeof(cc));
+	cc.max_entries = conf->cache_max_entries;
+	cc.max_bytes = conf->cache_max_bytes;
+	cc.ttl_ms = conf->cache_ttl_ms;
+	cc.negative_ttl_ms = conf->cache_negative_ttl_ms;
+	cc.load = load;
+	cc.ctx = r;
+	cc.make_aux = make_response;
+	cc.free_aux = free_response;
+	cc.aux_bytes = 512;
+	if ((r->trusted = clientip_new(conf->trusted_proxies, errstr, errstr_size)) == NULL ||
+	    (r->cache = lcache_new(&cc, errstr, errstr_size)) == NULL) {
+		redirect_free(r);
+		return NULL;
+	}
+	r->unknown = json_response("{\"error\":{\"code\":\"not_found\",\"message\":\"no such short link\"}}");
+	r->not_yet = json_response("{\"error\":{\"code\":\"not_yet_valid\",\"message\":\"this link is not active yet\"}}");
+	r->gone = json_response("{\"error\":{\"code\":\"gone\",\"message\":\"this link is no longer available\"}}");
+	if (r->unknown == NULL || r->not_yet == NULL || r->gone == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		redirect_free(r);
+		return NULL;
+	}
 	return r;
 }
 
 void
 redirect_free(struct redirect *r)
 {
+	if (r == NULL)
+		return;
+	if (r->cache != NULL) {
+		struct lcache_stats st;
+
+		lcache_stats(r->cache, &st);
+		log_info("link cache: hits=%llu misses=%llu loads=%llu load_errors=%llu stale_served=%llu "
+		    "waits=%llu evictions=%llu entries=%llu", (unsigned long long)st.hits,
+		    (unsigned long long)st.misses, (unsigned long long)st.loads,
+		    (unsigned long long)st.load_errors, (unsigned long long)st.stale_served,
+		    (unsigned long long)st.waits, (unsigned long long)st.evictions,
+		    (unsigned long long)st.entries);
+	}
+	lcache_free(r->cache);
+	clientip_free(r->trusted);
+	if (r->unknown)
+		MHD_destroy_response(r->unknown);
+	if (r->not_yet)
+		MHD_destroy_response(r->not_yet);
+	if (r->gone)
+		MHD_destroy_response(r->gone);
 	free(r);
+}
+
+void
+redirect_invalidate(struct redirect *r, const char *code)
+{
+	lcache_invalidate(r->cache, code);
+}
+
+void
+redirect_cache_stats(struct redirect *r, struct lcache_stats *out)
+{
+	lcache_stats(r->cache, out);
 }
 
 enum MHD_Result
 redirect_ready(struct redirect *r, struct http_req *req)
 {
 	char errstr[512];
+	int pg_ok = pgpool_ping(r->pg, errstr, sizeof(errstr)) == 0;
+	int kafka_ok = r->events == NULL || events_connected(r->events);
 
-	if (pgpool_ping(r->pg, errstr, sizeof(errstr)) < 0)
-		return http_json(req, 503, json_pack("{s:s, s:s}", "status", "unavailable",
-		    "postgresql", errstr));
-	return http_json(req, 200, json_pack("{s:s, s:s}", "status", "ready", "postgresql", "ok"));
+	return http_json(req, pg_ok && kafka_ok ? 200 : 503, json_pack("{s:s, s:s, s:s}",
+	    "status", pg_ok && kafka_ok ? "ready" : "unavailable",
+	    "postgresql", pg_ok ? "ok" : errstr,
+	    "kafka", r->events == NULL ? "disabled" : kafka_ok ? "ok" : "no broker reachable"));
 }
 
-/* Copies the code of "/{code}" or "/?{code}" into out; 0 when there is none. */
+/* Copies the code of "/{code}" or "/?{code}[&rest]" into out and points
+ * *query at the query string that follows the code (NULL when none).
+ * Returns 0 when there is no code or it is longer than size - 1. */
 static int
-code_of(struct http_req *req, char *out, size_t size)
+code_of(struct http_req *req, char *out, size_t size, const char **query)
 {
 	const char *p = req->path + 1;
 	size_t n;
 
+	*query = req->query;
 	if (*p == '\0' && req->query != NULL) {
 		p = req->query;
-		n = strcspn(p, "&=");
+		n = strcspn(p, "&");
+		*query = p[n] == '&' && p[n + 1] != '\0' ? p + n + 1 : NULL;
 	} else {
 		n = strlen(p);
 	}
+	if (*query != NULL && **query == '\0')
+		*query = NULL;
 	if (n == 0 || n >= size)
 		return 0;
 	memcpy(out, p, n);
@@ -67,14 +284,46 @@ code_of(struct http_req *req, char *out, size_t size)
 	return 1;
 }
 
+static int64_t
+wall_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The status a link answers with now; counts the visit when it redirects. */
+static int
+link_status(struct lcache_entry *e, int64_t now_us)
+{
+	const struct lcache_rec *l = &e->rec;
+
+	if (l->id == 0)
+		return 404;
+	if (l->deleted || l->disabled)
+		return 410;
+	if (now_us < l->valid_since_us)
+		return 404;
+	if (now_us >= l->expires_at_us)
+		return 410;
+	if (l->max_visits > 0 &&
+	    l->hits + atomic_fetch_add_explicit(&e->hits_local, 1, memory_order_relaxed) >=
+	    l->max_visits)
+		return 410;
+	return l->redirect_type;
+}
+
 enum MHD_Result
 redirect_handle(struct redirect *r, struct http_req *req)
 {
-	char code[CODES_ALIAS_MAX + 1], errstr[512];
-	const char *params[1] = { code };
-	PGconn *c;
-	PGresult *res;
+	char code[CODES_ALIAS_MAX + 1], errstr[256], ip[CLIENTIP_MAX], xff[2048];
+	const char *query;
+	struct lcache_entry *e = NULL;
+	struct MHD_Response *resp;
+	struct events_visit v;
 	enum MHD_Result ret;
+	int64_t now = wall_us();
 	int status;
 
 	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0)
@@ -82,35 +331,39 @@ redirect_handle(struct redirect *r, struct http_req *req)
 	if (strcmp(req->path, "/") == 0 && req->query == NULL)
 		return http_json(req, 200, json_pack("{s:s, s:s}", "service", "linkpulse",
 		    "api", "/api/v1"));
-	if (!code_of(req, code, sizeof(code)) || !codes_valid_alias(code))
+	if (!code_of(req, code, sizeof(code), &query))
 		return http_error(req, 404, "not_found", NULL, "no such short link");
-	if ((c = pgpool_get(r->pg, 2000, errstr, sizeof(errstr))) == NULL) {
-		log_warnx("redirect: %s", errstr);
+	if (codes_valid_alias(code) &&
+	    (e = lcache_get(r->cache, code, errstr, sizeof(errstr))) == NULL) {
+		log_warnx("redirect %s: %s", code, errstr);
 		return http_error(req, 503, "unavailable", NULL, "try again");
 	}
-	res = pgpool_exec(c, "SELECT l.long_url, CASE "
-	    "WHEN l.deleted <> 0 OR l.disabled THEN 410 "
-	    "WHEN l.valid_since IS NOT NULL AND l.valid_since > now() THEN 404 "
-	    "WHEN l.expires_at IS NOT NULL AND l.expires_at <= now() THEN 410 "
-	    "WHEN l.max_visits IS NOT NULL AND coalesce((SELECT visits FROM link_total t "
-	    "WHERE t.url_link_id = l.id), 0) >= l.max_visits THEN 410 "
-	    "ELSE l.redirect_type END FROM url_link l WHERE l.code = $1",
-	    1, params, NULL, errstr, sizeof(errstr));
-	pgpool_put(r->pg, c);
-	if (res == NULL) {
-		log_warnx("redirect: %s", errstr);
-		return http_error(req, 503, "unavailable", NULL, "try again");
-	}
-	if (PQntuples(res) == 0) {
-		PQclear(res);
-		return http_error(req, 404, "not_found", NULL, "no such short link");
-	}
-	status = atoi(PQgetvalue(res, 0, 1));
-	if (status == 404 || status == 410)
-		ret = http_error(req, (unsigned)status, status == 404 ? "not_yet_valid" : "gone", NULL,
-		    status == 404 ? "this link is not active yet" : "this link is no longer available");
+	status = e != NULL ? link_status(e, now) : 404;
+	if (status == 404)
+		resp = e != NULL && e->rec.id != 0 ? r->not_yet : r->unknown;
+	else if (status == 410)
+		resp = r->gone;
 	else
-		ret = http_redirect(req, (unsigned)status, PQgetvalue(res, 0, 0));
-	PQclear(res);
+		resp = e->aux;
+	req->status = status;
+	if (resp != NULL)
+		ret = MHD_queue_response(req->conn, (unsigned)status, resp);
+	else
+		ret = http_redirect(req, (unsigned)status, e->rec.long_url);
+	if (r->events != NULL) {
+		v.code = code;
+		v.link_id = e != NULL ? e->rec.id : 0;
+		v.status = status;
+		v.ip = clientip_resolve(r->trusted, req->peer,
+		    http_header_join(req, "X-Forwarded-For", xff, sizeof(xff)), ip);
+		v.user_agent = http_header(req, MHD_HTTP_HEADER_USER_AGENT);
+		v.referer = http_header(req, MHD_HTTP_HEADER_REFERER);
+		v.accept_language = http_header(req, MHD_HTTP_HEADER_ACCEPT_LANGUAGE);
+		v.host = http_header(req, MHD_HTTP_HEADER_HOST);
+		v.query = query;
+		v.ts_us = now;
+		events_publish(r->events, &v);
+	}
+	lcache_release(r->cache, e);
 	return ret;
 }

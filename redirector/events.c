@@ -1,0 +1,473 @@
+/* events.c - the producer side of visit events: JSON (jansson) per visit,
+ * rd_kafka_producev without blocking, delivery reports on a poller thread
+ * (failures to the spool), and a monitor thread that checks the broker and
+ * replays the spool. */
+#include "events.h"
+#include "errstr.h"
+#include "eventid.h"
+#include "log.h"
+#include "spool.h"
+
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct events {
+	rd_kafka_t *rk;
+	char *topic;
+	struct spool *spool;
+	int shutdown_flush_ms;
+	int message_timeout_ms;
+
+	pthread_t poller, monitor;
+	int threads;                /* 0, 1 (poller) or 2 (both) */
+	atomic_int running;
+	pthread_mutex_t mtx;        /* monitor's sleep */
+	pthread_cond_t cond;
+
+	atomic_int connected;
+	atomic_int fatal;
+	_Atomic uint64_t events, produced, delivered, failed, spooled, replayed;
+	_Atomic long long replay_outstanding;
+	_Atomic long long last_fail_log;
+};
+
+static int replay_tag; /* msg_opaque of replayed messages */
+
+static long long
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Puts one event in the spool, counting it. */
+static void
+to_spool(struct events *ev, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	if (spool_append(ev->spool, key, klen, val, vlen) == 0)
+		atomic_fetch_add(&ev->spooled, 1);
+}
+
+/* Logs a delivery problem at most once a second. */
+static void
+fail_log(struct events *ev, const char *what, const char *why)
+{
+	long long now = mono_ms(), last = atomic_load(&ev->last_fail_log);
+
+	if (now - last >= 1000 && atomic_compare_exchange_strong(&ev->last_fail_log, &last, now))
+		log_warnx("events: %s (%s); spooling to disk (%llu spooled so far)", what, why,
+		    (unsigned long long)atomic_load(&ev->spooled));
+}
+
+static void
+dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	struct events *ev = opaque;
+	int replay = m->_private == &replay_tag;
+
+	(void)rk;
+	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+		atomic_fetch_add(&ev->delivered, 1);
+		if (replay)
+			atomic_fetch_add(&ev->replayed, 1);
+		atomic_store(&ev->connected, 1);
+	} else {
+		atomic_fetch_add(&ev->failed, 1);
+		to_spool(ev, m->key, m->key_len, m->payload, m->len);
+		fail_log(ev, "delivery failed", rd_kafka_err2str(m->err));
+	}
+	if (replay)
+		atomic_fetch_sub(&ev->replay_outstanding, 1);
+}
+
+static void
+error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	struct events *ev = opaque;
+	char buf[512];
+
+	if (err == RD_KAFKA_RESP_ERR__FATAL) {
+		rd_kafka_fatal_error(rk, buf, sizeof(buf));
+		atomic_store(&ev->fatal, 1);
+		log_error("events: fatal producer error: %s; every event now goes to the spool "
+		    "until restart", buf);
+		return;
+	}
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+		if (atomic_exchange(&ev->connected, 0) == 1)
+			log_warnx("events: all Kafka brokers are down (%s)", reason);
+		return;
+	}
+	log_debug("events: kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+static void
+log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+	(void)rk;
+	if (level <= 3)
+		log_warnx("kafka %s: %s", fac, buf);
+	else
+		log_debug("kafka %s: %s", fac, buf);
+}
+
+static int
+set(rd_kafka_conf_t *kc, const char *name, const char *value, char *errstr, size_t errstr_size)
+{
+	char e[256];
+
+	if (rd_kafka_conf_set(kc, name, value, e, sizeof(e)) != RD_KAFKA_CONF_OK) {
+		errstr_set(errstr, errstr_size, "kafka %s=%s: %s", name, value, e);
+		return -1;
+	}
+	return 0;
+}
+
+static rd_kafka_t *
+make_producer(struct events *ev, const struct events_conf *conf, char *errstr,
+              size_t errstr_size)
+{
+	rd_kafka_conf_t *kc = rd_kafka_conf_new();
+	char linger[16], qmax[16], tmo[16];
+	rd_kafka_t *rk;
+
+	snprintf(linger, sizeof(linger), "%d", conf->linger_ms);
+	snprintf(qmax, sizeof(qmax), "%d", conf->queue_max_messages);
+	snprintf(tmo, sizeof(tmo), "%d", conf->message_timeout_ms);
+	if (set(kc, "bootstrap.servers", conf->bootstrap, errstr, errstr_size) < 0 ||
+	    set(kc, "client.id", "linkpulse-redirector", errstr, errstr_size) < 0 ||
+	    set(kc, "enable.idempotence", "true", errstr, errstr_size) < 0 ||
+	    set(kc, "acks", "all", errstr, errstr_size) < 0 ||
+	    set(kc, "compression.codec", "lz4", errstr, errstr_size) < 0 ||
+	    set(kc, "linger.ms", linger, errstr, errstr_size) < 0 ||
+	    set(kc, "queue.buffering.max.messages", qmax, errstr, errstr_size) < 0 ||
+	    set(kc, "message.timeout.ms", tmo, errstr, errstr_size) < 0 ||
+	    set(kc, "log.connection.close", "false", errstr, errstr_size) < 0) {
+		rd_kafka_conf_destroy(kc);
+		return NULL;
+	}
+	rd_kafka_conf_set_opaque(kc, ev);
+	rd_kafka_conf_set_dr_msg_cb(kc, dr_cb);
+	rd_kafka_conf_set_error_cb(kc, error_cb);
+	rd_kafka_conf_set_log_cb(kc, log_cb);
+	if ((rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, errstr, errstr_size)) == NULL)
+		rd_kafka_conf_destroy(kc);
+	return rk;
+}
+
+/* ------------------------------------------------------------ JSON */
+
+/* A JSON string of at most max bytes of s (NULL: null). Invalid UTF-8
+ * bytes become '?' so that a visit is never lost to a bad header. */
+static json_t *
+str(const char *s, size_t max)
+{
+	size_t n;
+	json_t *j;
+	char *copy;
+
+	if (s == NULL)
+		return json_null();
+	n = strnlen(s, max);
+	if ((j = json_stringn(s, n)) != NULL)
+		return j;
+	/* Truncation may have split a character, or the header is not UTF-8. */
+	if ((copy = malloc(n + 1)) == NULL)
+		return json_null();
+	for (size_t i = 0; i < n; i++)
+		copy[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
+	copy[n] = '\0';
+	j = json_stringn(copy, n);
+	free(copy);
+	return j ? j : json_null();
+}
+
+/* Dumps the event into buf (or a malloc'd buffer when it does not fit,
+ * stored in *heap for the caller to free). Returns the length, 0 on error. */
+static size_t
+event_json(const struct events_visit *v, uint64_t id, char *buf, size_t size, char **heap)
+{
+	json_t *o = json_object();
+	size_t n;
+
+	*heap = NULL;
+	json_object_set_new(o, "v", json_integer(1));
+	json_object_set_new(o, "id", json_integer((json_int_t)id));
+	json_object_set_new(o, "ts", json_integer((json_int_t)v->ts_us));
+	json_object_set_new(o, "code", str(v->code, 64));
+	json_object_set_new(o, "link_id", v->link_id > 0 ? json_integer(v->link_id) : json_null());
+	json_object_set_new(o, "status", json_integer(v->status));
+	json_object_set_new(o, "ip", str(v->ip ? v->ip : "", 64));
+	json_object_set_new(o, "user_agent", str(v->user_agent, 8192));
+	json_object_set_new(o, "referer", str(v->referer, 8192));
+	json_object_set_new(o, "accept_language", str(v->accept_language, 1024));
+	json_object_set_new(o, "host", str(v->host, 1024));
+	json_object_set_new(o, "query", str(v->query, 8192));
+	n = json_dumpb(o, buf, size, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	if (n > size) {
+		if ((*heap = malloc(n)) == NULL ||
+		    json_dumpb(o, *heap, n, JSON_COMPACT | JSON_PRESERVE_ORDER) != n) {
+			free(*heap);
+			*heap = NULL;
+			n = 0;
+		}
+	}
+	json_decref(o);
+	return n;
+}
+
+uint64_t
+events_publish(struct events *ev, const struct events_visit *v)
+{
+	char buf[4096], *heap, *p;
+	struct timespec ts;
+	uint64_t id;
+	size_t n, klen = strlen(v->code);
+	rd_kafka_resp_err_t err;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	id = eventid_next((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	if ((n = event_json(v, id, buf, sizeof(buf), &heap)) == 0) {
+		log_error("events: cannot encode the event for code %s", v->code);
+		return 0;
+	}
+	p = heap ? heap : buf;
+	atomic_fetch_add(&ev->events, 1);
+	if (atomic_load_explicit(&ev->fatal, memory_order_relaxed)) {
+		err = RD_KAFKA_RESP_ERR__FATAL;
+	} else {
+		err = rd_kafka_producev(ev->rk, RD_KAFKA_V_TOPIC(ev->topic),
+		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(v->code, klen),
+		    RD_KAFKA_V_VALUE(p, n), RD_KAFKA_V_OPAQUE(NULL), RD_KAFKA_V_END);
+	}
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+		atomic_fetch_add(&ev->produced, 1);
+	} else {
+		atomic_fetch_add(&ev->failed, 1);
+		to_spool(ev, v->code, klen, p, n);
+		fail_log(ev, "producer refused an event", rd_kafka_err2str(err));
+	}
+	free(heap);
+	return id;
+}
+
+/* ------------------------------------------------------------ threads */
+
+static void *
+poller_main(void *arg)
+{
+	struct events *ev = arg;
+
+	while (atomic_load(&ev->running))
+		rd_kafka_poll(ev->rk, 100);
+	return NULL;
+}
+
+/* Sleeps up to ms unless events_close wakes us. */
+static void
+nap(struct events *ev, int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += (long)ms * 1000000L;
+	ts.tv_sec += ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_mutex_lock(&ev->mtx);
+	if (atomic_load(&ev->running))
+		pthread_cond_timedwait(&ev->cond, &ev->mtx, &ts);
+	pthread_mutex_unlock(&ev->mtx);
+}
+
+static int
+replay_record(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+	struct events *ev = ctx;
+	rd_kafka_resp_err_t err;
+
+	for (;;) {
+		if (!atomic_load(&ev->running) || atomic_load(&ev->fatal))
+			return 1;
+		atomic_fetch_add(&ev->replay_outstanding, 1);
+		err = rd_kafka_producev(ev->rk, RD_KAFKA_V_TOPIC(ev->topic),
+		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(key, klen),
+		    RD_KAFKA_V_VALUE((void *)(uintptr_t)val, vlen), RD_KAFKA_V_OPAQUE(&replay_tag),
+		    RD_KAFKA_V_END);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			return 0;
+		atomic_fetch_sub(&ev->replay_outstanding, 1);
+		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+			log_warnx("events: replay stopped: %s", rd_kafka_err2str(err));
+			return 1;
+		}
+		nap(ev, 5); /* the live path has priority over the queue */
+	}
+}
+
+/* Replays one spool file; removes it once every record is delivered or
+ * back in the spool. */
+static void
+replay_file(struct events *ev, const char *path)
+{
+	long long deadline;
+	int rc;
+
+	log_info("events: replaying %s", path);
+	rc = spool_read(path, replay_record, ev);
+	deadline = mono_ms() + ev->message_timeout_ms + 5000;
+	while (atomic_load(&ev->replay_outstanding) > 0 && mono_ms() < deadline &&
+	    atomic_load(&ev->running))
+		nap(ev, 10);
+	if (rc == 0 && atomic_load(&ev->replay_outstanding) == 0) {
+		spool_done(ev->spool, path);
+		log_info("events: replayed %s (%llu replayed in all)", path,
+		    (unsigned long long)atomic_load(&ev->replayed));
+	}
+}
+
+static void *
+monitor_main(void *arg)
+{
+	struct events *ev = arg;
+	char path[4096];
+
+	while (atomic_load(&ev->running)) {
+		const struct rd_kafka_metadata *md = NULL;
+		rd_kafka_resp_err_t err = rd_kafka_metadata(ev->rk, 0, NULL, &md, 1000);
+		int was;
+
+		if (md != NULL)
+			rd_kafka_metadata_destroy(md);
+		was = atomic_exchange(&ev->connected, err == RD_KAFKA_RESP_ERR_NO_ERROR);
+		if (was != (err == RD_KAFKA_RESP_ERR_NO_ERROR))
+			log_info("events: Kafka %s%s%s", err ? "unreachable (" : "reachable",
+			    err ? rd_kafka_err2str(err) : "", err ? ")" : "");
+		while (err == RD_KAFKA_RESP_ERR_NO_ERROR && atomic_load(&ev->running) &&
+		    !atomic_load(&ev->fatal) && atomic_load(&ev->connected) &&
+		    spool_take(ev->spool, path, sizeof(path)) == 1)
+			replay_file(ev, path);
+		nap(ev, 1000);
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+struct events *
+events_new(const struct events_conf *conf, char *errstr, size_t errstr_size)
+{
+	struct events *ev = calloc(1, sizeof(*ev));
+	struct spool_conf sc;
+
+	if (ev == NULL || (ev->topic = strdup(conf->topic)) == NULL) {
+		free(ev);
+		errstr_set(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	pthread_mutex_init(&ev->mtx, NULL);
+	pthread_cond_init(&ev->cond, NULL);
+	ev->shutdown_flush_ms = conf->shutdown_flush_ms;
+	ev->message_timeout_ms = conf->message_timeout_ms;
+	eventid_init(conf->worker_id);
+	sc.dir = conf->spool_dir;
+	sc.max_bytes = conf->spool_max_bytes;
+	sc.fsync_ms = conf->spool_fsync_ms;
+	if ((ev->spool = spool_open(&sc, errstr, errstr_size)) == NULL ||
+	    (ev->rk = make_producer(ev, conf, errstr, errstr_size)) == NULL) {
+		events_close(ev);
+		return NULL;
+	}
+	atomic_store(&ev->running, 1);
+	if (pthread_create(&ev->poller, NULL, poller_main, ev) != 0) {
+		errstr_set(errstr, errstr_size, "events: cannot start the delivery thread");
+		events_close(ev);
+		return NULL;
+	}
+	ev->threads = 1;
+	if (pthread_create(&ev->monitor, NULL, monitor_main, ev) != 0) {
+		errstr_set(errstr, errstr_size, "events: cannot start the replay thread");
+		events_close(ev);
+		return NULL;
+	}
+	ev->threads = 2;
+	return ev;
+}
+
+void
+events_close(struct events *ev)
+{
+	struct events_stats st;
+	rd_kafka_resp_err_t err;
+
+	if (ev == NULL)
+		return;
+	pthread_mutex_lock(&ev->mtx);
+	atomic_store(&ev->running, 0);
+	pthread_cond_broadcast(&ev->cond);
+	pthread_mutex_unlock(&ev->mtx);
+	if (ev->threads >= 2)
+		pthread_join(ev->monitor, NULL);
+	if (ev->threads >= 1)
+		pthread_join(ev->poller, NULL);
+	if (ev->rk != NULL) {
+		int left = rd_kafka_outq_len(ev->rk);
+
+		if (left > 0)
+			log_info("events: flushing %d queued event(s) (up to %d ms)", left,
+			    ev->shutdown_flush_ms);
+		err = rd_kafka_flush(ev->rk, ev->shutdown_flush_ms);
+		if (err == RD_KAFKA_RESP_ERR__TIMED_OUT) {
+			/* Whatever is still queued or in flight goes to the spool
+			 * through its (failed) delivery report. */
+			log_warnx("events: %d event(s) undelivered at shutdown; spooling them",
+			    rd_kafka_outq_len(ev->rk));
+			rd_kafka_purge(ev->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+			rd_kafka_flush(ev->rk, 2000);
+			rd_kafka_poll(ev->rk, 0);
+		}
+		events_stats(ev, &st);
+		log_info("events: events=%llu produced=%llu delivered=%llu failed=%llu spooled=%llu "
+		    "replayed=%llu spool_dropped=%llu spool_bytes=%llu",
+		    (unsigned long long)st.events, (unsigned long long)st.produced,
+		    (unsigned long long)st.delivered, (unsigned long long)st.failed,
+		    (unsigned long long)st.spooled, (unsigned long long)st.replayed,
+		    (unsigned long long)st.spool_dropped, (unsigned long long)st.spool_bytes);
+		rd_kafka_destroy(ev->rk);
+	}
+	spool_close(ev->spool);
+	pthread_cond_destroy(&ev->cond);
+	pthread_mutex_destroy(&ev->mtx);
+	free(ev->topic);
+	free(ev);
+}
+
+int
+events_connected(struct events *ev)
+{
+	return atomic_load(&ev->connected);
+}
+
+void
+events_stats(struct events *ev, struct events_stats *out)
+{
+	struct spool_stats ss;
+
+	spool_stats(ev->spool, &ss);
+	out->events = atomic_load(&ev->events);
+	out->produced = atomic_load(&ev->produced);
+	out->delivered = atomic_load(&ev->delivered);
+	out->failed = atomic_load(&ev->failed);
+	out->spooled = atomic_load(&ev->spooled);
+	out->replayed = atomic_load(&ev->replayed);
+	out->spool_dropped = ss.dropped;
+	out->spool_bytes = ss.bytes;
+	out->queued = ev->rk ? (uint64_t)rd_kafka_outq_len(ev->rk) : 0;
+	out->connected = atomic_load(&ev->connected);
+}

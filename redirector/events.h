@@ -1,0 +1,73 @@
+/* events.h - visit events to Kafka without losing any: an idempotent
+ * librdkafka producer (acks=all, lz4, linger) fed from request threads
+ * without ever blocking; what Kafka can't take goes to the disk spool and a
+ * background thread replays it once the broker is reachable again. */
+#ifndef LP_EVENTS_H
+#define LP_EVENTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct events_conf {
+	const char *bootstrap;       /* bootstrap.servers */
+	const char *topic;
+	const char *spool_dir;
+	int linger_ms;               /* linger.ms (batching) */
+	int queue_max_messages;      /* queue.buffering.max.messages; beyond: spool */
+	int message_timeout_ms;      /* message.timeout.ms; undelivered by then: spool */
+	int shutdown_flush_ms;       /* bounded wait for delivery at shutdown */
+	uint64_t spool_max_bytes;
+	int spool_fsync_ms;
+	int worker_id;               /* event id worker bits, 0..1023 */
+};
+
+/* One visit. Strings are borrowed for the call; NULL means absent (JSON
+ * null). link_id 0 means an orphan (null). */
+struct events_visit {
+	const char *code;
+	long long link_id;
+	int status;
+	const char *ip;
+	const char *user_agent;
+	const char *referer;
+	const char *accept_language;
+	const char *host;
+	const char *query;
+	int64_t ts_us;               /* wall clock, µs since the Unix epoch */
+};
+
+/* All counters are totals since start. */
+struct events_stats {
+	uint64_t events;        /* visit events made */
+	uint64_t produced;      /* handed to librdkafka's queue (first attempt) */
+	uint64_t delivered;     /* acknowledged by the broker (replays included) */
+	uint64_t failed;        /* delivery failures and refusals by the queue */
+	uint64_t spooled;       /* written to the spool */
+	uint64_t replayed;      /* spooled events delivered by the replayer */
+	uint64_t spool_dropped; /* lost because the spool hit spool_max_bytes */
+	uint64_t spool_bytes;   /* bytes in the spool now */
+	uint64_t queued;        /* messages in librdkafka's queue now */
+	int connected;          /* 1 while a broker answers */
+};
+
+struct events;
+
+/* Creates the producer and spool and starts the delivery and replay threads.
+ * Copies conf's strings. NULL with errstr. */
+struct events *events_new(const struct events_conf *conf, char *errstr, size_t errstr_size);
+
+/* Flushes the producer (at most shutdown_flush_ms), moves anything still
+ * undelivered to the spool, fsyncs it and frees everything. */
+void events_close(struct events *ev);
+
+/* Publishes one visit (key = code) and returns its event id. Never waits:
+ * when librdkafka's queue is full the event goes straight to the spool.
+ * Thread-safe. */
+uint64_t events_publish(struct events *ev, const struct events_visit *v);
+
+/* 1 while the producer reaches a broker (checked every second). */
+int events_connected(struct events *ev);
+
+void events_stats(struct events *ev, struct events_stats *out);
+
+#endif

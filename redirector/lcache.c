@@ -1,0 +1,425 @@
+/* lcache.c - 64 shards, each a mutex, a chained hash table and an LRU list.
+ * Entries are reference counted so callers use them without holding a lock;
+ * a loading entry in the table is the single-flight marker. */
+#include "lcache.h"
+#include "errstr.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NSHARDS 64
+#define WAIT_MS 5000
+
+struct shard {
+	pthread_mutex_t mtx;
+	pthread_cond_t cond;           /* a load finished */
+	struct lcache_entry **buckets; /* owned */
+	size_t mask;
+	struct lcache_entry *head, *tail; /* LRU: head most recent */
+	long long entries;
+	size_t bytes;
+	uint64_t hits, misses, loads, load_errors, stale, evictions, waits;
+} __attribute__((aligned(64)));
+
+struct lcache {
+	struct lcache_conf conf;
+	long long max_entries;         /* per shard */
+	size_t max_bytes;              /* per shard */
+	struct shard shards[NSHARDS];
+};
+
+static int64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint32_t
+hash_code(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	return h;
+}
+
+struct lcache *
+lcache_new(const struct lcache_conf *conf, char *errstr, size_t errstr_size)
+{
+	struct lcache *c = calloc(1, sizeof(*c));
+	size_t nb = 16;
+
+	if (c == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	c->conf = *conf;
+	c->max_entries = conf->max_entries / NSHARDS > 0 ? conf->max_entries / NSHARDS : 1;
+	c->max_bytes = (size_t)(conf->max_bytes / NSHARDS > 0 ? conf->max_bytes / NSHARDS : 1);
+	while ((long long)nb < c->max_entries && nb < (1u << 20))
+		nb <<= 1;
+	for (int i = 0; i < NSHARDS; i++) {
+		struct shard *s = &c->shards[i];
+
+		pthread_mutex_init(&s->mtx, NULL);
+		pthread_cond_init(&s->cond, NULL);
+		s->mask = nb - 1;
+		if ((s->buckets = calloc(nb, sizeof(*s->buckets))) == NULL) {
+			lcache_free(c);
+			errstr_set(errstr, errstr_size, "out of memory");
+			return NULL;
+		}
+	}
+	return c;
+}
+
+static void
+destroy(struct lcache *c, struct lcache_entry *e)
+{
+	if (e->aux != NULL && c->conf.free_aux != NULL)
+		c->conf.free_aux(e->aux);
+	free(e->rec.long_url);
+	free(e->code);
+	free(e);
+}
+
+static void
+put(struct lcache *c, struct lcache_entry *e)
+{
+	if (atomic_fetch_sub(&e->refs, 1) == 1)
+		destroy(c, e);
+}
+
+void
+lcache_release(struct lcache *c, struct lcache_entry *e)
+{
+	if (e != NULL)
+		put(c, e);
+}
+
+/* Removes e from its shard's table and LRU; the table's reference is the
+ * caller's to drop. Shard locked. */
+static void
+unlink_entry(struct shard *s, struct lcache_entry *e)
+{
+	struct lcache_entry **pp = &s->buckets[e->hash & s->mask];
+
+	while (*pp != NULL && *pp != e)
+		pp = &(*pp)->next;
+	if (*pp == e)
+		*pp = e->next;
+	if (e->lru_prev)
+		e->lru_prev->lru_next = e->lru_next;
+	else
+		s->head = e->lru_next;
+	if (e->lru_next)
+		e->lru_next->lru_prev = e->lru_prev;
+	else
+		s->tail = e->lru_prev;
+	e->next = e->lru_prev = e->lru_next = NULL;
+	e->in_table = 0;
+	s->entries--;
+	s->bytes -= e->bytes;
+}
+
+static void
+lru_front(struct shard *s, struct lcache_entry *e)
+{
+	if (s->head == e)
+		return;
+	e->lru_prev->lru_next = e->lru_next;
+	if (e->lru_next)
+		e->lru_next->lru_prev = e->lru_prev;
+	else
+		s->tail = e->lru_prev;
+	e->lru_prev = NULL;
+	e->lru_next = s->head;
+	s->head->lru_prev = e;
+	s->head = e;
+}
+
+/* Evicts least recently used ready entries (never keep) while over bounds. */
+static void
+evict(struct lcache *c, struct shard *s, struct lcache_entry *keep)
+{
+	struct lcache_entry *e = s->tail;
+
+	while (e != NULL && (s->entries > c->max_entries || s->bytes > c->max_bytes)) {
+		struct lcache_entry *prev = e->lru_prev;
+
+		if (e != keep && !e->loading) {
+			unlink_entry(s, e);
+			put(c, e);
+			s->evictions++;
+		}
+		e = prev;
+	}
+}
+
+static void
+insert(struct lcache *c, struct shard *s, struct lcache_entry *e)
+{
+	struct lcache_entry **b = &s->buckets[e->hash & s->mask];
+
+	e->next = *b;
+	*b = e;
+	e->lru_prev = NULL;
+	e->lru_next = s->head;
+	if (s->head)
+		s->head->lru_prev = e;
+	s->head = e;
+	if (s->tail == NULL)
+		s->tail = e;
+	e->in_table = 1;
+	s->entries++;
+	s->bytes += e->bytes;
+	evict(c, s, e);
+}
+
+static struct lcache_entry *
+find(struct shard *s, const char *code, uint32_t h)
+{
+	for (struct lcache_entry *e = s->buckets[h & s->mask]; e != NULL; e = e->next)
+		if (e->hash == h && strcmp(e->code, code) == 0)
+			return e;
+	return NULL;
+}
+
+static struct lcache_entry *
+new_entry(const char *code, uint32_t h)
+{
+	struct lcache_entry *e = calloc(1, sizeof(*e));
+
+	if (e == NULL || (e->code = strdup(code)) == NULL) {
+		free(e);
+		return NULL;
+	}
+	e->hash = h;
+	e->bytes = sizeof(*e) + strlen(code) + 1;
+	return e;
+}
+
+/* Loads code into rec/aux outside any lock. Returns the loader's result. */
+static int
+load(struct lcache *c, const char *code, struct lcache_rec *rec, void **aux, char *errstr,
+     size_t errstr_size)
+{
+	int rc;
+
+	memset(rec, 0, sizeof(*rec));
+	*aux = NULL;
+	rc = c->conf.load(c->conf.ctx, code, rec, errstr, errstr_size);
+	if (rc == 0) {
+		free(rec->long_url);
+		memset(rec, 0, sizeof(*rec));
+	}
+	if (rc > 0 && c->conf.make_aux != NULL)
+		*aux = c->conf.make_aux(c->conf.ctx, code, rec);
+	return rc;
+}
+
+/* Fills a loaded entry (shard locked). */
+static void
+fill(struct lcache *c, struct shard *s, struct lcache_entry *e, struct lcache_rec *rec,
+     void *aux, int rc, int64_t now)
+{
+	size_t add = (rec->long_url ? strlen(rec->long_url) + 1 : 0) + (aux ? c->conf.aux_bytes : 0);
+
+	e->rec = *rec;
+	e->aux = aux;
+	e->expires_ms = now + (rc > 0 ? c->conf.ttl_ms : c->conf.negative_ttl_ms);
+	e->loading = 0;
+	e->bytes += add;
+	if (e->in_table) {
+		s->bytes += add;
+		evict(c, s, e);
+	}
+}
+
+/* Reloads an expired entry old (referenced by the caller, marked
+ * refreshing); returns the entry to use (referenced). */
+static struct lcache_entry *
+refresh(struct lcache *c, struct shard *s, struct lcache_entry *old)
+{
+	struct lcache_rec rec;
+	struct lcache_entry *ne;
+	char errstr[256];
+	void *aux;
+	int rc = load(c, old->code, &rec, &aux, errstr, sizeof(errstr));
+	int64_t now = now_ms();
+
+	ne = rc >= 0 ? new_entry(old->code, old->hash) : NULL;
+	pthread_mutex_lock(&s->mtx);
+	s->loads++;
+	if (ne == NULL) {
+		/* Keep serving what we had; try again a little later. */
+		old->refreshing = 0;
+		old->expires_ms = now + c->conf.negative_ttl_ms;
+		s->load_errors++;
+		pthread_mutex_unlock(&s->mtx);
+		if (rc >= 0) {
+			free(rec.long_url);
+			if (aux && c->conf.free_aux)
+				c->conf.free_aux(aux);
+		}
+		return old;
+	}
+	fill(c, s, ne, &rec, aux, rc, now);
+	atomic_store(&ne->refs, 2); /* table + caller */
+	if (old->in_table) {
+		unlink_entry(s, old);
+		put(c, old);
+	}
+	if (find(s, ne->code, ne->hash) == NULL) {
+		insert(c, s, ne);
+	} else {
+		atomic_store(&ne->refs, 1); /* someone else inserted meanwhile */
+	}
+	pthread_mutex_unlock(&s->mtx);
+	put(c, old);
+	return ne;
+}
+
+struct lcache_entry *
+lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
+{
+	uint32_t h = hash_code(code);
+	struct shard *s = &c->shards[h % NSHARDS];
+	struct lcache_entry *e;
+	struct lcache_rec rec;
+	int64_t now = now_ms();
+	void *aux;
+	int rc;
+
+	pthread_mutex_lock(&s->mtx);
+	e = find(s, code, h);
+	if (e != NULL && !e->loading) {
+		atomic_fetch_add(&e->refs, 1);
+		lru_front(s, e);
+		if (now < e->expires_ms || e->refreshing) {
+			if (now >= e->expires_ms)
+				s->stale++;
+			s->hits++;
+			pthread_mutex_unlock(&s->mtx);
+			return e;
+		}
+		e->refreshing = 1;
+		s->misses++;
+		pthread_mutex_unlock(&s->mtx);
+		return refresh(c, s, e);
+	}
+	if (e != NULL) {
+		/* Someone is loading this code: wait for that one query. */
+		struct timespec ts;
+
+		atomic_fetch_add(&e->refs, 1);
+		s->waits++;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += WAIT_MS / 1000;
+		while (e->loading && e->in_table &&
+		    pthread_cond_timedwait(&s->cond, &s->mtx, &ts) == 0)
+			;
+		rc = e->loading;
+		pthread_mutex_unlock(&s->mtx);
+		if (rc) {
+			put(c, e);
+			errstr_set(errstr, errstr_size, "the lookup of \"%s\" failed", code);
+			return NULL;
+		}
+		return e;
+	}
+	s->misses++;
+	if ((e = new_entry(code, h)) == NULL) {
+		pthread_mutex_unlock(&s->mtx);
+		errstr_set(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	e->loading = 1;
+	atomic_store(&e->refs, 2); /* table + us */
+	insert(c, s, e);
+	pthread_mutex_unlock(&s->mtx);
+
+	rc = load(c, code, &rec, &aux, errstr, errstr_size);
+	now = now_ms();
+	pthread_mutex_lock(&s->mtx);
+	s->loads++;
+	if (rc < 0) {
+		s->load_errors++;
+		if (e->in_table) {
+			unlink_entry(s, e);
+			put(c, e);
+		}
+	} else {
+		fill(c, s, e, &rec, aux, rc, now);
+	}
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->mtx);
+	if (rc < 0) {
+		put(c, e);
+		return NULL;
+	}
+	return e;
+}
+
+void
+lcache_invalidate(struct lcache *c, const char *code)
+{
+	uint32_t h = hash_code(code);
+	struct shard *s = &c->shards[h % NSHARDS];
+	struct lcache_entry *e;
+
+	pthread_mutex_lock(&s->mtx);
+	if ((e = find(s, code, h)) != NULL && !e->loading) {
+		unlink_entry(s, e);
+		put(c, e);
+	}
+	pthread_mutex_unlock(&s->mtx);
+}
+
+void
+lcache_stats(struct lcache *c, struct lcache_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (int i = 0; i < NSHARDS; i++) {
+		struct shard *s = &c->shards[i];
+
+		pthread_mutex_lock(&s->mtx);
+		out->hits += s->hits;
+		out->misses += s->misses;
+		out->loads += s->loads;
+		out->load_errors += s->load_errors;
+		out->stale_served += s->stale;
+		out->evictions += s->evictions;
+		out->waits += s->waits;
+		out->entries += (uint64_t)s->entries;
+		out->bytes += s->bytes;
+		pthread_mutex_unlock(&s->mtx);
+	}
+}
+
+void
+lcache_free(struct lcache *c)
+{
+	if (c == NULL)
+		return;
+	for (int i = 0; i < NSHARDS; i++) {
+		struct shard *s = &c->shards[i];
+
+		while (s->head != NULL) {
+			struct lcache_entry *e = s->head;
+
+			unlink_entry(s, e);
+			put(c, e);
+		}
+		free(s->buckets);
+		pthread_cond_destroy(&s->cond);
+		pthread_mutex_destroy(&s->mtx);
+	}
+	free(c);
+}

@@ -1,0 +1,456 @@
+/* spool.c - records are [magic u32][key len u32][value len u32][key][value]
+ * (little-endian host order) in dir/spool.active; replay files are
+ * dir/replay-NNNNNNNNNNNNNNNN.spool, replayed oldest first. */
+#include "spool.h"
+#include "errstr.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SPOOL_MAGIC 0x3153504cu /* "LPS1" */
+#define HDR 12
+
+struct buf {
+	char *p;
+	size_t len, cap;
+};
+
+struct spool {
+	char *dir;
+	uint64_t max_bytes;
+	int fsync_ms;
+
+	pthread_mutex_t mtx;     /* pending buffer, bytes, stop */
+	pthread_cond_t cond;
+	struct buf pending;
+	int stop;
+
+	pthread_mutex_t io;      /* the active fd, rotation */
+	int fd;
+	uint64_t active_bytes;   /* bytes written to the active file */
+	uint64_t next_seq;
+
+	pthread_t writer;
+	int started;
+
+	_Atomic uint64_t bytes;  /* total spooled: files + pending */
+	_Atomic uint64_t appended, dropped, files;
+	_Atomic long long last_cap_log;
+};
+
+static int
+mkdirs(const char *path)
+{
+	char tmp[4096];
+
+	if (strlen(path) >= sizeof(tmp))
+		return -1;
+	strcpy(tmp, path);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	return mkdir(tmp, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static void
+fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY);
+
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+}
+
+static int
+open_active(struct spool *s)
+{
+	char path[4096];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/spool.active", s->dir);
+	s->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (s->fd < 0)
+		return -1;
+	s->active_bytes = fstat(s->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+	return 0;
+}
+
+/* Renames the active file to the next replay file and opens a new one.
+ * Called with io held. */
+static int
+rotate(struct spool *s)
+{
+	char from[4096], to[4096];
+
+	if (s->fd >= 0) {
+		fdatasync(s->fd);
+		close(s->fd);
+		s->fd = -1;
+	}
+	snprintf(from, sizeof(from), "%s/spool.active", s->dir);
+	snprintf(to, sizeof(to), "%s/replay-%016llu.spool", s->dir,
+	    (unsigned long long)s->next_seq++);
+	if (rename(from, to) < 0 && errno != ENOENT)
+		log_warn("spool: rename %s", from);
+	else if (s->active_bytes > 0)
+		atomic_fetch_add(&s->files, 1);
+	fsync_dir(s->dir);
+	return open_active(s);
+}
+
+/* Writes the pending buffer to the active file and fsyncs it. */
+static void
+write_pending(struct spool *s, struct buf *spare)
+{
+	struct buf b;
+	size_t off = 0;
+
+	pthread_mutex_lock(&s->mtx);
+	b = s->pending;
+	s->pending = *spare;
+	s->pending.len = 0;
+	pthread_mutex_unlock(&s->mtx);
+	if (b.len > 0) {
+		pthread_mutex_lock(&s->io);
+		while (s->fd >= 0 && off < b.len) {
+			ssize_t n = write(s->fd, b.p + off, b.len - off);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0) {
+				log_warn("spool: write to %s/spool.active (%zu bytes lost)", s->dir,
+				    b.len - off);
+				atomic_fetch_sub(&s->bytes, b.len - off);
+				break;
+			}
+			off += (size_t)n;
+			s->active_bytes += (uint64_t)n;
+		}
+		if (s->fd >= 0 && fdatasync(s->fd) < 0)
+			log_warn("spool: fdatasync");
+		pthread_mutex_unlock(&s->io);
+	}
+	b.len = 0;
+	*spare = b;
+}
+
+static void *
+writer_main(void *arg)
+{
+	struct spool *s = arg;
+	struct buf spare = { NULL, 0, 0 };
+	int stop;
+
+	for (;;) {
+		struct timespec ts;
+
+		pthread_mutex_lock(&s->mtx);
+		if (!s->stop) {
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += (long)s->fsync_ms * 1000000L;
+			ts.tv_sec += ts.tv_nsec / 1000000000L;
+			ts.tv_nsec %= 1000000000L;
+			pthread_cond_timedwait(&s->cond, &s->mtx, &ts);
+		}
+		stop = s->stop;
+		pthread_mutex_unlock(&s->mtx);
+		write_pending(s, &spare);
+		if (stop)
+			break;
+	}
+	free(spare.p);
+	return NULL;
+}
+
+/* Highest replay sequence in dir, total bytes and count of replay files. */
+static void
+scan(struct spool *s)
+{
+	DIR *d = opendir(s->dir);
+	struct dirent *e;
+	char path[4096];
+	struct stat st;
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		unsigned long long seq;
+
+		if (sscanf(e->d_name, "replay-%llu.spool", &seq) != 1)
+			continue;
+		if (seq + 1 > s->next_seq)
+			s->next_seq = seq + 1;
+		snprintf(path, sizeof(path), "%s/%s", s->dir, e->d_name);
+		if (stat(path, &st) == 0) {
+			atomic_fetch_add(&s->bytes, (uint64_t)st.st_size);
+			atomic_fetch_add(&s->files, 1);
+		}
+	}
+	closedir(d);
+}
+
+struct spool *
+spool_open(const struct spool_conf *conf, char *errstr, size_t errstr_size)
+{
+	struct spool *s = calloc(1, sizeof(*s));
+
+	if (s == NULL || (s->dir = strdup(conf->dir)) == NULL) {
+		free(s);
+		errstr_set(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	s->max_bytes = conf->max_bytes;
+	s->fsync_ms = conf->fsync_ms > 0 ? conf->fsync_ms : 1;
+	s->fd = -1;
+	pthread_mutex_init(&s->mtx, NULL);
+	pthread_mutex_init(&s->io, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	if (mkdirs(s->dir) < 0) {
+		errstr_set(errstr, errstr_size, "spool_dir %s: %s", s->dir, strerror(errno));
+		goto fail;
+	}
+	scan(s);
+	if (open_active(s) < 0) {
+		errstr_set(errstr, errstr_size, "spool_dir %s/spool.active: %s", s->dir,
+		    strerror(errno));
+		goto fail;
+	}
+	if (s->active_bytes > 0) {
+		log_info("spool: %llu bytes left by an earlier run will be replayed",
+		    (unsigned long long)s->active_bytes);
+		atomic_fetch_add(&s->bytes, s->active_bytes);
+		if (rotate(s) < 0) {
+			errstr_set(errstr, errstr_size, "spool_dir %s: %s", s->dir, strerror(errno));
+			goto fail;
+		}
+	}
+	if (atomic_load(&s->files) > 0)
+		log_info("spool: %llu file(s), %llu bytes to replay",
+		    (unsigned long long)atomic_load(&s->files),
+		    (unsigned long long)atomic_load(&s->bytes));
+	if (pthread_create(&s->writer, NULL, writer_main, s) != 0) {
+		errstr_set(errstr, errstr_size, "spool: cannot start the writer thread");
+		goto fail;
+	}
+	s->started = 1;
+	return s;
+fail:
+	spool_close(s);
+	return NULL;
+}
+
+void
+spool_close(struct spool *s)
+{
+	if (s == NULL)
+		return;
+	if (s->started) {
+		pthread_mutex_lock(&s->mtx);
+		s->stop = 1;
+		pthread_cond_signal(&s->cond);
+		pthread_mutex_unlock(&s->mtx);
+		pthread_join(s->writer, NULL);
+	}
+	if (s->fd >= 0) {
+		fdatasync(s->fd);
+		close(s->fd);
+	}
+	if (atomic_load(&s->bytes) > 0)
+		log_info("spool: %llu bytes left in %s for the next start",
+		    (unsigned long long)atomic_load(&s->bytes), s->dir);
+	free(s->pending.p);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->io);
+	pthread_mutex_destroy(&s->mtx);
+	free(s->dir);
+	free(s);
+}
+
+static long long
+mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec;
+}
+
+int
+spool_append(struct spool *s, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	size_t need = HDR + klen + vlen;
+	uint32_t hdr[3] = { SPOOL_MAGIC, (uint32_t)klen, (uint32_t)vlen };
+	uint64_t total = atomic_fetch_add(&s->bytes, need) + need;
+
+	if (total > s->max_bytes) {
+		long long now = mono_s(), last = atomic_load(&s->last_cap_log);
+
+		atomic_fetch_sub(&s->bytes, need);
+		if (atomic_fetch_add(&s->dropped, 1) == 0 ||
+		    (now > last && atomic_compare_exchange_strong(&s->last_cap_log, &last, now)))
+			log_error("SPOOL FULL: %s holds %llu bytes (spool_max_bytes %llu); visit events "
+			    "are being DROPPED (%llu so far)", s->dir,
+			    (unsigned long long)atomic_load(&s->bytes),
+			    (unsigned long long)s->max_bytes,
+			    (unsigned long long)atomic_load(&s->dropped));
+		return -1;
+	}
+	pthread_mutex_lock(&s->mtx);
+	if (s->pending.len + need > s->pending.cap) {
+		size_t ncap = s->pending.cap ? s->pending.cap * 2 : 65536;
+		char *np;
+
+		while (ncap < s->pending.len + need)
+			ncap *= 2;
+		if ((np = realloc(s->pending.p, ncap)) == NULL) {
+			pthread_mutex_unlock(&s->mtx);
+			atomic_fetch_sub(&s->bytes, need);
+			atomic_fetch_add(&s->dropped, 1);
+			log_error("spool: out of memory, visit event dropped");
+			return -1;
+		}
+		s->pending.p = np;
+		s->pending.cap = ncap;
+	}
+	memcpy(s->pending.p + s->pending.len, hdr, HDR);
+	memcpy(s->pending.p + s->pending.len + HDR, key, klen);
+	memcpy(s->pending.p + s->pending.len + HDR + klen, val, vlen);
+	s->pending.len += need;
+	pthread_mutex_unlock(&s->mtx);
+	atomic_fetch_add(&s->appended, 1);
+	return 0;
+}
+
+/* Oldest replay file name into path; 1 found, 0 none. */
+static int
+oldest(struct spool *s, char *path, size_t path_size)
+{
+	DIR *d = opendir(s->dir);
+	struct dirent *e;
+	unsigned long long best = 0;
+	int found = 0;
+
+	if (d == NULL)
+		return 0;
+	while ((e = readdir(d)) != NULL) {
+		unsigned long long seq;
+
+		if (sscanf(e->d_name, "replay-%llu.spool", &seq) == 1 && (!found || seq < best)) {
+			best = seq;
+			found = 1;
+		}
+	}
+	closedir(d);
+	if (found)
+		snprintf(path, path_size, "%s/replay-%016llu.spool", s->dir, best);
+	return found;
+}
+
+int
+spool_take(struct spool *s, char *path, size_t path_size)
+{
+	int rc;
+
+	if (oldest(s, path, path_size))
+		return 1;
+	pthread_mutex_lock(&s->io);
+	if (s->active_bytes == 0) {
+		pthread_mutex_unlock(&s->io);
+		return 0;
+	}
+	rc = rotate(s);
+	pthread_mutex_unlock(&s->io);
+	if (rc < 0) {
+		log_warn("spool: reopen %s/spool.active", s->dir);
+		return -1;
+	}
+	return oldest(s, path, path_size);
+}
+
+int
+spool_read(const char *path, spool_record_fn fn, void *ctx)
+{
+	FILE *f = fopen(path, "rb");
+	char *rec = NULL;
+	size_t cap = 0;
+	int rc = 0;
+
+	if (f == NULL) {
+		log_warn("spool: open %s", path);
+		return -1;
+	}
+	for (;;) {
+		uint32_t hdr[3];
+		size_t n = fread(hdr, 1, HDR, f), need;
+
+		if (n == 0)
+			break;
+		if (n < HDR || hdr[0] != SPOOL_MAGIC) {
+			log_warnx("spool: %s: torn or corrupt record at offset %ld; rest of file ignored",
+			    path, ftell(f) - (long)n);
+			break;
+		}
+		need = (size_t)hdr[1] + hdr[2];
+		if (need > cap) {
+			char *nr = realloc(rec, need);
+
+			if (nr == NULL) {
+				rc = -1;
+				break;
+			}
+			rec = nr;
+			cap = need;
+		}
+		if (fread(rec, 1, need, f) != need) {
+			log_warnx("spool: %s: torn record at the end; ignored", path);
+			break;
+		}
+		if ((rc = fn(ctx, rec, hdr[1], rec + hdr[1], hdr[2])) != 0)
+			break;
+	}
+	free(rec);
+	fclose(f);
+	return rc;
+}
+
+void
+spool_done(struct spool *s, const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) == 0) {
+		if (unlink(path) < 0) {
+			log_warn("spool: unlink %s", path);
+			return;
+		}
+		atomic_fetch_sub(&s->bytes, (uint64_t)st.st_size);
+		atomic_fetch_sub(&s->files, 1);
+		fsync_dir(s->dir);
+	}
+}
+
+void
+spool_stats(struct spool *s, struct spool_stats *out)
+{
+	out->appended = atomic_load(&s->appended);
+	out->dropped = atomic_load(&s->dropped);
+	out->bytes = atomic_load(&s->bytes);
+	out->files = atomic_load(&s->files);
+}

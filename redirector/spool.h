@@ -1,0 +1,53 @@
+/* spool.h - append-only on-disk spool for visit events Kafka could not take:
+ * request and delivery threads append to a memory buffer, a background thread
+ * writes and fsyncs it in batches; a replayer takes whole files back. */
+#ifndef LP_SPOOL_H
+#define LP_SPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct spool_conf {
+	const char *dir;      /* created if missing; copied */
+	uint64_t max_bytes;   /* cap on bytes spooled (on disk + buffered) */
+	int fsync_ms;         /* batch interval of write + fdatasync */
+};
+
+struct spool;
+
+/* Opens dir/spool.active for appending; a non-empty one left by an earlier
+ * run is first renamed to a replay file so it is replayed. Starts the
+ * writer thread. NULL with errstr on failure. */
+struct spool *spool_open(const struct spool_conf *conf, char *errstr, size_t errstr_size);
+
+/* Writes what is buffered, fsyncs, stops the writer and frees. */
+void spool_close(struct spool *s);
+
+/* Appends one record (key and value copied). Never blocks on I/O. Returns 0,
+ * or -1 when the cap is reached (the record is dropped, counted and logged). */
+int spool_append(struct spool *s, const void *key, size_t klen, const void *val, size_t vlen);
+
+/* Picks a file to replay: the oldest replay file, else the active file once
+ * it holds data (it is closed, renamed and a new active file started). Copies
+ * its path to path and returns 1; 0 when the spool is empty; -1 on error. */
+int spool_take(struct spool *s, char *path, size_t path_size);
+
+/* Calls fn for each complete record of a file from spool_take, in order,
+ * until fn returns non-zero (returned). A torn record at the end (crash
+ * mid-write) ends the file with a warning. -1 when the file can't be read. */
+typedef int (*spool_record_fn)(void *ctx, const char *key, size_t klen, const char *val,
+                               size_t vlen);
+int spool_read(const char *path, spool_record_fn fn, void *ctx);
+
+/* Removes a replayed file and takes its bytes off the spool's total. */
+void spool_done(struct spool *s, const char *path);
+
+struct spool_stats {
+	uint64_t appended;    /* records accepted */
+	uint64_t dropped;     /* records refused by the cap */
+	uint64_t bytes;       /* bytes spooled now (files + buffer) */
+	uint64_t files;       /* replay files waiting (not counting the active one) */
+};
+void spool_stats(struct spool *s, struct spool_stats *out);
+
+#endif

@@ -1,0 +1,337 @@
+"""Redirect path against a real redirector, PostgreSQL, Redis and the dev Kafka
+broker: status and Location for every link state, the "/?code" form, HEAD,
+orphan visits, X-Forwarded-For trust, visit events read back from the topic
+and validated against schemas/visit_event.schema.json, single-flight loading
+of cold codes (counted by PostgreSQL itself), and redirects with Redis down."""
+import concurrent.futures
+import datetime
+import http.client
+import json
+import os
+import subprocess
+import threading
+import time
+
+import jsonschema
+import pytest
+import requests
+from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+
+import lpstack
+
+SCHEMA = os.path.join(lpstack.ROOT, "schemas/visit_event.schema.json")
+FIELDS = {"v", "id", "ts", "code", "link_id", "status", "ip", "user_agent", "referer",
+          "accept_language", "host", "query"}
+
+
+class Red:
+    """A running redirector with an API key."""
+
+    def __init__(self, port, key, pg, proc, redis, broker):
+        self.port, self.key, self.pg, self.proc = port, key, pg, proc
+        self.redis, self.broker = redis, broker
+        self.base = f"http://127.0.0.1:{port}"
+        self.s = requests.Session()
+
+    def api(self, method, path, body=None):
+        r = self.s.request(method, self.base + "/api/v1" + path, timeout=30,
+                           data=json.dumps(body) if body is not None else None,
+                           headers={"Authorization": f"Bearer {self.key}"})
+        assert r.status_code < 300, r.text
+        return r.json() if r.text else None
+
+    def create(self, **body):
+        body.setdefault("dedupe", False)
+        return self.api("POST", "/links", body)
+
+    def get(self, path, method="GET", headers=None):
+        return self.s.request(method, self.base + path, headers=headers or {}, timeout=30,
+                              allow_redirects=False)
+
+
+def start(procs, pg, redis, broker, workdir, extra=None, name="spool"):
+    port = lpstack.free_port()
+    settings = {"pg_dsn": pg.dsn, "redis_url": redis.url if redis else "",
+                "listen_port": port, "base_url": "http://s.test", "pool_low_water": 200,
+                "pool_batch": 500, "bloom_expected": 100000, "log_level": "info",
+                "kafka_bootstrap": broker.bootstrap if broker else "",
+                "kafka_topic": broker.topic if broker else "visits",
+                "spool_dir": os.path.join(workdir, name), "kafka_linger_ms": 2}
+    settings.update(extra or {})
+    p = procs.start("redirector", settings)
+    lpstack.wait_port(port, proc=p.proc, what="redirector")
+    r = subprocess.run([os.path.join(lpstack.BIN, "redirector"), "-o", f"pg_dsn={pg.dsn}",
+                        "apikey", "create", "test"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return Red(port, r.stdout.split()[-1], pg, p, redis, broker)
+
+
+def read_events(broker, want, timeout=30.0, pred=None):
+    """Reads the whole topic until `want` events matching pred were seen (or
+    timeout); returns every (key, event) read that matches pred."""
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"t{time.time_ns()}",
+                  "enable.auto.commit": False, "log_level": 3})
+    try:
+        md = c.list_topics(broker.topic, timeout=10)
+        parts = sorted(md.topics[broker.topic].partitions)
+        c.assign([TopicPartition(broker.topic, p, OFFSET_BEGINNING) for p in parts])
+        out, deadline = [], time.time() + timeout
+        while time.time() < deadline and len(out) < want:
+            for m in c.consume(500, 0.5):
+                if m.error():
+                    continue
+                ev = json.loads(m.value())
+                if pred is None or pred(ev):
+                    out.append((m.key().decode(), ev))
+        # drain a little more to catch duplicates or extras
+        for m in c.consume(10000, 1.0):
+            if not m.error():
+                ev = json.loads(m.value())
+                if pred is None or pred(ev):
+                    out.append((m.key().decode(), ev))
+        return out
+    finally:
+        c.close()
+
+
+def ts(delta_s):
+    t = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=delta_s)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@pytest.fixture
+def red(procs, pg, redis, broker, workdir):
+    return start(procs, pg, redis, broker, workdir)
+
+
+def test_every_link_state(red):
+    cases = {}
+    for rt in (301, 302, 307, 308):
+        cases[f"rt{rt}"] = (red.create(url=f"https://example.com/{rt}", redirect_type=rt)["code"],
+                            rt, f"https://example.com/{rt}")
+    cases["expired"] = (red.create(url="https://example.com/e", expires_at=ts(-60))["code"],
+                        410, None)
+    cases["future"] = (red.create(url="https://example.com/f", valid_since=ts(3600))["code"],
+                       404, None)
+    cases["started"] = (red.create(url="https://example.com/s", valid_since=ts(-60),
+                                   expires_at=ts(3600))["code"], 302, "https://example.com/s")
+    d = red.create(url="https://example.com/d")["code"]
+    red.api("PATCH", f"/links/{d}", {"disabled": True})
+    cases["disabled"] = (d, 410, None)
+    x = red.create(url="https://example.com/x")["code"]
+    red.api("DELETE", f"/links/{x}")
+    cases["deleted"] = (x, 410, None)
+    m = red.create(url="https://example.com/m", max_visits=3)
+    red.pg.psql(f"INSERT INTO link_total (url_link_id, visits) VALUES ({m['id']}, 3)")
+    cases["over_max"] = (m["code"], 410, None)
+    cases["unknown"] = ("Zz9Zz9", 404, None)
+    for name, (code, status, loc) in cases.items():
+        for method in ("GET", "HEAD"):
+            r = red.get("/" + code, method=method)
+            assert r.status_code == status, (name, method, r.status_code, r.text)
+            assert r.headers.get("Location") == loc, (name, method, r.headers)
+            if loc is not None:
+                assert len(r.content) == 0
+            elif method == "GET":
+                assert r.headers["Content-Type"] == "application/json"
+                assert r.json()["error"]["code"] in ("not_found", "not_yet_valid", "gone")
+    # a deleted link's code never comes back even if asked again (cached 410)
+    assert red.get("/" + x).status_code == 410
+    evs = read_events(red.broker, 2 * len(cases))
+    got = sorted((e["code"], e["status"]) for _, e in evs)
+    want = sorted((c, s) for c, s, _ in cases.values() for _ in range(2)) + [(x, 410)]
+    assert got == sorted(want)
+
+
+def test_max_visits_counts_local_redirects(red):
+    m = red.create(url="https://example.com/mv", max_visits=3)
+    red.pg.psql(f"INSERT INTO link_total (url_link_id, visits) VALUES ({m['id']}, 1)")
+    got = [red.get("/" + m["code"]).status_code for _ in range(4)]
+    assert got == [302, 302, 410, 410]
+
+
+def test_expiry_and_start_take_effect_while_cached(procs, pg, redis, broker, workdir):
+    red = start(procs, pg, redis, broker, workdir, {"cache_ttl_ms": 600000})
+    e = red.create(url="https://example.com/soon-gone", expires_at=ts(2.5))["code"]
+    s = red.create(url="https://example.com/soon-live", valid_since=ts(2.5))["code"]
+    assert red.get("/" + e).status_code == 302
+    assert red.get("/" + s).status_code == 404
+    time.sleep(3.0)
+    assert red.get("/" + e).status_code == 410
+    assert red.get("/" + s).status_code == 302
+    # edits through this process are seen at once despite the long TTL
+    red.api("PATCH", f"/links/{s}", {"url": "https://example.com/moved"})
+    r = red.get("/" + s)
+    assert (r.status_code, r.headers["Location"]) == (302, "https://example.com/moved")
+    red.api("DELETE", f"/links/{s}")
+    assert red.get("/" + s).status_code == 410
+
+
+def test_query_form_and_query_string(red):
+    code = red.create(url="https://example.com/q")["code"]
+    r1 = red.get("/?" + code)
+    r2 = red.get(f"/?{code}&utm_source=sms&x=1")
+    r3 = red.get(f"/{code}?utm_source=mail")
+    r4 = red.get("/?" + code, method="HEAD")
+    for r in (r1, r2, r3, r4):
+        assert (r.status_code, r.headers["Location"]) == (302, "https://example.com/q")
+    assert red.get("/?NoSuchCode1").status_code == 404
+    evs = read_events(red.broker, 5)
+    by = sorted((e["code"], e["query"] or "", e["status"]) for _, e in evs)
+    assert by == sorted([(code, "", 302), (code, "utm_source=sms&x=1", 302),
+                         (code, "utm_source=mail", 302), (code, "", 302),
+                         ("NoSuchCode1", "", 404)])
+    assert sum(1 for _, e in evs if e["query"] is None) == 3
+
+
+def test_orphan_produces_event(red):
+    r = red.get("/nope42?from=sms", headers={"User-Agent": "orphan-test/1.0",
+                                             "Referer": "https://ref.example/p",
+                                             "Accept-Language": "zh-CN,zh;q=0.9"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    (key, ev), = read_events(red.broker, 1)
+    assert key == "nope42"
+    assert ev["code"] == "nope42" and ev["link_id"] is None and ev["status"] == 404
+    assert ev["user_agent"] == "orphan-test/1.0" and ev["referer"] == "https://ref.example/p"
+    assert ev["accept_language"] == "zh-CN,zh;q=0.9" and ev["query"] == "from=sms"
+    assert ev["host"] == f"127.0.0.1:{red.port}" and ev["ip"] == "127.0.0.1"
+
+
+def test_events_match_schema(red):
+    with open(SCHEMA) as f:
+        schema = json.load(f)
+    code = red.create(url="https://example.com/ev")
+    t0 = time.time()
+    hdrs = [{}, {"User-Agent": "Mozilla/5.0 (iPhone)", "Referer": "https://t.co/x",
+                 "Accept-Language": "en-US", "Host": "go.example"},
+            {"User-Agent": "bad \udcff".encode("utf-8", "surrogateescape").decode("latin-1")}]
+    for h in hdrs:
+        assert red.get("/" + code["code"], headers=h).status_code == 302
+    assert red.get("/Unknown_Code-1").status_code == 404
+    evs = read_events(red.broker, 4)
+    assert len(evs) == 4
+    ids = [e["id"] for _, e in evs]
+    assert len(set(ids)) == 4
+    for key, e in evs:
+        jsonschema.validate(e, schema)
+        assert set(e) == FIELDS, set(e) ^ FIELDS
+        assert key == e["code"] and e["v"] == 1
+        assert abs(e["ts"] / 1e6 - t0) < 30
+        # snowflake: the id's time part is the event time (ms since 2024-01-01)
+        assert abs(((e["id"] >> 22) + 1704067200000) - e["ts"] // 1000) < 5
+    mine = sorted((e for _, e in evs if e["code"] == code["code"]), key=lambda e: e["id"])
+    assert [e["link_id"] for e in mine] == [code["id"]] * 3
+    assert mine[1]["host"] == "go.example" and mine[1]["user_agent"] == "Mozilla/5.0 (iPhone)"
+    assert mine[0]["user_agent"] is None or mine[0]["user_agent"].startswith("python-requests")
+    assert mine[0]["referer"] is None and mine[0]["accept_language"] is None
+
+
+def raw_get(port, path, headers):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.putrequest("GET", path, skip_accept_encoding=True)
+    for k, v in headers:
+        c.putheader(k, v)
+    c.endheaders()
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status
+
+
+def test_x_forwarded_for_trust(procs, pg, redis, broker, workdir):
+    trusting = start(procs, pg, redis, broker, workdir,
+                     {"trusted_proxies": "127.0.0.0/8, 10.0.0.0/8", "worker_id": 1}, "s1")
+    plain = start(procs, pg, redis, broker, workdir, {"worker_id": 2}, "s2")
+    code = trusting.create(url="https://example.com/xff")["code"]
+    cases = [  # (redirector, XFF headers, expected ip)
+        (trusting, [], "127.0.0.1"),
+        (trusting, [("X-Forwarded-For", "203.0.113.9")], "203.0.113.9"),
+        (trusting, [("X-Forwarded-For", "6.6.6.6, 203.0.113.9, 10.1.1.1")], "203.0.113.9"),
+        (trusting, [("X-Forwarded-For", "6.6.6.6"), ("X-Forwarded-For", "198.51.100.2")],
+         "198.51.100.2"),
+        (trusting, [("X-Forwarded-For", "10.0.0.1, 127.0.0.2")], "10.0.0.1"),
+        (trusting, [("X-Forwarded-For", "1.1.1.1, junk, 10.2.2.2")], "10.2.2.2"),
+        (trusting, [("X-Forwarded-For", "[2001:db8::7]:443")], "2001:db8::7"),
+        (plain, [("X-Forwarded-For", "203.0.113.9")], "127.0.0.1"),
+    ]
+    for i, (rd, hdrs, _) in enumerate(cases):
+        assert raw_get(rd.port, f"/{code}?case={i}", hdrs) == 302
+    evs = read_events(broker, len(cases))
+    got = {int(e["query"].split("=")[1]): e["ip"] for _, e in evs}
+    assert got == {i: ip for i, (_, _, ip) in enumerate(cases)}
+    workers = {int(e["query"].split("=")[1]): (e["id"] >> 12) & 1023 for _, e in evs}
+    assert workers == {i: (1 if rd is trusting else 2) for i, (rd, _, _) in enumerate(cases)}
+
+
+def test_single_flight_cold_code(procs, pg, redis, broker, workdir):
+    # PostgreSQL logs every statement of this database, with its parameters:
+    # the count of lookups is read from the server's own log.
+    pg.psql(f"ALTER DATABASE {pg.dbname} SET log_statement = 'all'")
+    red = start(procs, pg, redis, broker, workdir)
+    link = red.create(url="https://example.com/burst")
+    red.redis.cli("DEL", f"lp:link:{link['code']}")  # cold everywhere: PostgreSQL only
+    with open(pg.logfile, "rb") as f:
+        f.seek(0, 2)
+        offset = f.tell()
+    n = 64
+    barrier = threading.Barrier(n)
+
+    def one(path):
+        c = http.client.HTTPConnection("127.0.0.1", red.port, timeout=10)
+        barrier.wait()
+        c.request("GET", path)
+        r = c.getresponse()
+        r.read()
+        c.close()
+        return r.status
+
+    paths = [f"/{link['code']}" if i % 2 == 0 else "/NoSuchCold9" for i in range(n)]
+    with concurrent.futures.ThreadPoolExecutor(n) as ex:
+        statuses = list(ex.map(one, paths))
+    assert statuses.count(302) == n // 2 and statuses.count(404) == n // 2
+    time.sleep(0.5)
+    with open(pg.logfile, "rb") as f:
+        f.seek(offset)
+        log = f.read().decode("utf-8", "replace")
+    # one query for the cold code and one for the unknown one, not 32 each
+    assert log.count(f"$1 = '{link['code']}'") == 1, log[-3000:]
+    assert log.count("$1 = 'NoSuchCold9'") == 1, log[-3000:]
+    assert len(read_events(red.broker, n)) == n
+
+
+def test_redis_down_still_redirects(red):
+    warm = red.create(url="https://example.com/warm")["code"]
+    cold = red.create(url="https://example.com/cold")["code"]
+    assert red.get("/" + warm).status_code == 302
+    red.redis.stop()
+    t0 = time.time()
+    for code, loc in ((warm, "https://example.com/warm"), (cold, "https://example.com/cold")):
+        for _ in range(3):
+            r = red.get("/" + code)
+            assert (r.status_code, r.headers["Location"]) == (302, loc)
+    assert red.get("/NotThere77").status_code == 404
+    assert time.time() - t0 < 5
+    assert len(read_events(red.broker, 8)) == 8
+
+
+def test_health_and_ready(red):
+    assert red.get("/healthz").json() == {"status": "ok"}
+    deadline = time.time() + 10
+    while time.time() < deadline and red.get("/readyz").status_code != 200:
+        time.sleep(0.2)
+    r = red.get("/readyz")
+    assert r.status_code == 200 and r.json()["kafka"] == "ok" and r.json()["postgresql"] == "ok"
+    red.broker.brokers_down()
+    try:
+        deadline = time.time() + 15
+        while time.time() < deadline and red.get("/readyz").status_code == 200:
+            time.sleep(0.2)
+        r = red.get("/readyz")
+        assert r.status_code == 503 and r.json()["kafka"] != "ok", r.text
+        assert r.json()["postgresql"] == "ok"
+    finally:
+        red.broker.brokers_up()
+    deadline = time.time() + 15
+    while time.time() < deadline and red.get("/readyz").status_code != 200:
+        time.sleep(0.2)
+    assert red.get("/readyz").status_code == 200
