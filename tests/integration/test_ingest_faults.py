@@ -1,0 +1,127 @@
+"""ingest fault tests, each counting events in and rows out: SIGKILL mid-batch
+and restart, PostgreSQL stopped for 20 s during a stream, and offsets the broker
+no longer has (retention) landing in ingest_lost."""
+import json
+import os
+import signal
+import threading
+import time
+
+import lpstack
+from test_ingest import (EventGen, assert_rollups, counts, produce, producer, start_ingest,
+                         wait_counts)
+
+
+class Stream(threading.Thread):
+    """Produces n events at about rate per second in the background."""
+
+    def __init__(self, bootstrap, topic, events, rate):
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.events, self.rate = bootstrap, topic, events, rate
+        self.error = None
+        self.sent = 0
+
+    def run(self):
+        try:
+            p = producer(self.bootstrap)
+            chunk = max(1, self.rate // 10)
+            for i in range(0, len(self.events), chunk):
+                produce(self.bootstrap, self.topic, self.events[i:i + chunk], prod=p)
+                self.sent += len(self.events[i:i + chunk])
+                time.sleep(0.1)
+        except Exception as e:  # reported by the test
+            self.error = e
+
+
+def wait_rows_at_least(pg, n, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if counts(pg)[0] >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {n} rows after {timeout}s: {counts(pg)}")
+
+
+def test_sigkill_mid_batch_and_restart(procs, pg, broker):
+    gen = EventGen(seed=11)
+    events = [gen.event() for _ in range(4000)]
+    replays = events[100:300]  # also replayed later, across the restart
+    ing = start_ingest(procs, pg, broker, batch_max_events=300, batch_max_ms=1000)
+    s = Stream(broker.bootstrap, broker.topic, events, rate=800)
+    s.start()
+    wait_rows_at_least(pg, 600)
+    ing.send_signal(signal.SIGKILL)
+    ing.proc.wait()
+    ing.expect_failure = True
+    loaded_before = counts(pg)[0]
+    assert 0 < loaded_before < len(events)
+    ing2 = start_ingest(procs, pg, broker, batch_max_events=300, batch_max_ms=1000)
+    s.join(120)
+    assert s.error is None and s.sent == len(events)
+    produce(broker.bootstrap, broker.topic, replays)
+    wait_counts(pg, len(events), 0, timeout=120, proc=ing2)
+    total = len(events) + len(replays)
+    deadline = time.time() + 30
+    while time.time() < deadline and pg.psql(
+            "SELECT sum(next_offset) FROM ingest_offset") != str(total):
+        time.sleep(0.3)
+    assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(total)
+    assert counts(pg) == (len(events), 0)
+    assert pg.psql("SELECT count(DISTINCT id) FROM visit_record") == str(len(events))
+    assert_rollups(pg)
+
+
+def test_postgres_down_20s_during_stream(procs, workdir, broker):
+    os.chmod(workdir, 0o755)  # the postgres user must reach its data directory
+    pg = lpstack.Postgres(os.path.join(workdir, "pgown"), fast=True).up()
+    try:
+        gen = EventGen(seed=12)
+        events = [gen.event() for _ in range(3000)]
+        ing = start_ingest(procs, pg, broker, batch_max_events=200, batch_max_ms=300)
+        s = Stream(broker.bootstrap, broker.topic, events, rate=100)
+        s.start()
+        wait_rows_at_least(pg, 300)
+        pg.stop(mode="fast")
+        time.sleep(20)
+        assert ing.alive()
+        pg.start()
+        s.join(120)
+        assert s.error is None and s.sent == len(events)
+        wait_counts(pg, len(events), 0, timeout=120, proc=ing)
+        assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(len(events))
+        assert pg.psql("SELECT count(DISTINCT id) FROM visit_record") == str(len(events))
+        assert_rollups(pg)
+        out = ing.output()
+        assert "rolled back" in out or "PostgreSQL unavailable" in out
+        assert "recovered" in out
+        ing.stop()
+    finally:
+        pg.stop(mode="immediate")
+
+
+def test_offsets_dropped_by_broker_land_in_ingest_lost(procs, pg, broker):
+    """The dev broker keeps at most 5 MiB per partition: 7 MiB into partition 0
+    before ingest starts makes the first offsets unreadable."""
+    gen = EventGen(seed=13)
+    pad = "p" * 900
+    events = [gen.event(query=pad) for _ in range(7500)]
+    produce(broker.bootstrap, broker.topic, events, partition=0)
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "probe"})
+    low, high = c.get_watermark_offsets(TopicPartition(broker.topic, 0), timeout=10)
+    c.close()
+    assert high == len(events) and low > 0, (low, high)
+    ing = start_ingest(procs, pg, broker)
+    wait_counts(pg, high - low, 0, proc=ing)
+    lost = pg.psql("SELECT kafka_partition, from_offset, to_offset, reason FROM ingest_lost")
+    part, frm, to, reason = lost.split("|")
+    assert (int(part), int(frm), int(to)) == (0, 0, low), lost
+    assert "no longer on the broker" in reason
+    assert pg.psql("SELECT next_offset FROM ingest_offset WHERE kafka_partition = 0") == str(high)
+    # loudly: at error level in the log
+    assert "LOST EVENTS" in ing.output()
+    # every event still on the broker was loaded, none of the dropped ones
+    kept = {e["id"] for e in events[low:]}
+    ids = {int(x) for x in pg.psql("SELECT id FROM visit_record").split()}
+    assert ids == kept
+    assert_rollups(pg)
