@@ -1,0 +1,122 @@
+"""make bench: ingest events/s from the topic into PostgreSQL (validation,
+enrichment, staging COPY, dedupe, rollups, offsets) next to a raw COPY of the
+same final visit_record rows into an empty visit_record, in the same run."""
+import os
+import random
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+
+import lpstack  # noqa: E402
+from test_ingest import EventGen, produce, producer, uap_user_agents  # noqa: E402
+
+N_EVENTS = int(os.environ.get("LP_BENCH_INGEST_EVENTS", "200000"))
+COLS = ("id, url_link_id, unique_code, client_id, client_ip, visit_time, http_status, "
+        "user_agent, referer, referer_host, accept_language, language, host, query_string, "
+        "country_code, country, province, city, isp, asn, browser_type, browser_version, "
+        "os_type, os_version, device_type, device_family, device_brand, device_model, is_bot")
+
+
+def realistic_events(n, seed=42):
+    """n events: user agents drawn with a heavy head (a few browsers make most
+    traffic) from uap-core's test strings, ~n/10 distinct visitors on public
+    IPv4/IPv6 addresses, 2,000 links, 3% orphans, referers and languages."""
+    rng = random.Random(seed)
+    uas = [u for u, _ in uap_user_agents(limit=3000, seed=seed)]
+    gen = EventGen(links=range(1, 2001), seed=seed, uas=uas)
+    clients = []
+    for _ in range(max(1, n // 10)):
+        while True:
+            a = rng.randrange(1 << 32)
+            first = a >> 24
+            if first not in (0, 10, 100, 127, 169, 172, 192, 198, 203) and first < 224:
+                break
+        ip = ".".join(str((a >> s) & 255) for s in (24, 16, 8, 0))
+        if rng.random() < 0.1:
+            ip = "2a0%d:%x:%x::%x" % (rng.randrange(10), rng.randrange(65536),
+                                       rng.randrange(65536), rng.randrange(65536))
+        ua = uas[int(len(uas) * rng.random() ** 4)]
+        clients.append((ip, ua))
+    out = []
+    for _ in range(n):
+        ip, ua = clients[int(len(clients) * rng.random() ** 2)]
+        e = gen.event(ip=ip, user_agent=ua)
+        if rng.random() < 0.03:
+            e.update(link_id=None, code="gone%d" % rng.randrange(50), status=404)
+        else:
+            e.update(link_id=rng.randrange(1, 2001), status=302)
+            e["code"] = "c%d" % e["link_id"]
+        out.append(e)
+    return out
+
+
+def stored_next(pg):
+    return int(pg.psql("SELECT coalesce(sum(next_offset), 0) FROM ingest_offset") or 0)
+
+
+def run(bin_dir, work):
+    lpstack.BIN = bin_dir
+    pg = lpstack.Postgres(os.path.join(work, "pg")).up()
+    broker = lpstack.Broker(os.path.join(work, "kafka"), partitions=64).up()
+    ing = None
+    try:
+        t0 = time.time()
+        events = realistic_events(N_EVENTS)
+        produce(broker.bootstrap, broker.topic, events, prod=producer(broker.bootstrap))
+        print(f"ingest_bench_events {len(events)} produced to 64 partitions in "
+              f"{time.time() - t0:.1f} s", flush=True)
+        geo = os.path.join(lpstack.ROOT, "var/geoip/GeoLite2-City.mmdb")
+        ing = lpstack.program("ingest", work, {
+            "pg_dsn": pg.dsn, "kafka_bootstrap": broker.bootstrap, "geoip_city_db": geo,
+            "metrics_port": lpstack.free_port(), "batch_max_events": 20000,
+            "batch_max_ms": 500, "log_level": "info"})
+        t_start = time.time()
+        ing.start()
+        t_assigned = None
+        deadline = t_start + 900
+        while time.time() < deadline:
+            if t_assigned is None and "assigned 64 partitions" in ing.output():
+                t_assigned = time.time()
+            if stored_next(pg) >= len(events):
+                break
+            if not ing.alive():
+                raise RuntimeError("ingest exited:\n" + ing.output()[-3000:])
+            time.sleep(0.05)
+        t_done = time.time()
+        rows = int(pg.psql("SELECT count(*) FROM visit_record"))
+        assert rows == len(events), (rows, len(events))
+        ing.stop()
+        t_assigned = t_assigned or t_start
+        rate_total = rows / (t_done - t_start)
+        rate = rows / (t_done - t_assigned)
+
+        # raw COPY of the very same rows into an empty visit_record
+        dump = os.path.join(work, "visit_record.copy")
+        os.chmod(work, 0o755)
+        pg.psql(f"\\copy (SELECT {COLS} FROM visit_record) TO '{dump}'")
+        raw = lpstack.Postgres(pg.datadir, port=pg.port)
+        raw.dbname = "rawcopy"
+        raw.create_db()
+        raw.migrate()
+        raw.psql("SELECT visit_record_ensure_partition(now() - interval '1 day'), "
+                 "visit_record_ensure_partition(now())")
+        t1 = time.time()
+        raw.psql(f"\\copy visit_record ({COLS}) FROM '{dump}'")
+        t_copy = time.time() - t1
+        assert raw.psql("SELECT count(*) FROM visit_record") == str(rows)
+        rate_copy = rows / t_copy
+        print(f"ingest_events_per_sec {rate:.0f}  (topic -> visit_record + rollups + offsets, "
+              f"from partition assignment to the last commit; {rate_total:.0f}/s counting "
+              f"process start, regex compilation and group join)", flush=True)
+        print(f"raw_copy_rows_per_sec {rate_copy:.0f}  (psql \\copy of the same {rows} rows "
+              f"into an empty visit_record)", flush=True)
+        print(f"ingest_vs_raw_copy_ratio {rate / rate_copy:.2f}  (target >= 0.8)", flush=True)
+    finally:
+        if ing is not None and ing.alive():
+            ing.stop()
+        broker.stop()
+        pg.stop()
