@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define COPY_CHUNK (256 * 1024)
 
@@ -32,22 +33,31 @@ struct loader {
 	char job_err[512];
 };
 
-/* Rollup definitions follow the COMMENTs of 0004_rollups.sql exactly. */
-static const char rollup_dims[] =
-	"('country', coalesce(i.country_code::text, '')),"
-	"('province', CASE WHEN coalesce(i.province, '') = '' THEN '' "
-	"  ELSE coalesce(i.country_code::text, '') || '/' || i.province END),"
-	"('city', CASE WHEN coalesce(i.city, '') = '' THEN '' "
-	"  ELSE coalesce(i.country_code::text, '') || '/' || coalesce(i.province, '') || '/' || i.city END),"
-	"('isp', coalesce(i.isp, '')),"
-	"('browser', coalesce(i.browser_type, '')),"
-	"('browser_version', CASE WHEN coalesce(i.browser_type, '') = '' THEN '' "
-	"  WHEN coalesce(i.browser_version, '') = '' THEN i.browser_type "
-	"  ELSE i.browser_type || ' ' || split_part(i.browser_version, '.', 1) END),"
-	"('os', coalesce(i.os_type, '')),"
-	"('device_type', coalesce(i.device_type, '')),"
-	"('referer_host', coalesce(i.referer_host, '')),"
-	"('language', coalesce(i.language, ''))";
+/* Rollup definitions follow the COMMENTs of 0004_rollups.sql exactly: one
+ * value expression per dimension, each never NULL ('' when unknown). They
+ * are grouped in one pass with GROUPING SETS (one hash table per dimension)
+ * and unpivoted by which value is non-NULL in each set. */
+#define DIM_VALUES \
+	"coalesce(country_code::text, '') AS v1," \
+	"CASE WHEN coalesce(province, '') = '' THEN '' " \
+	"  ELSE coalesce(country_code::text, '') || '/' || province END AS v2," \
+	"CASE WHEN coalesce(city, '') = '' THEN '' " \
+	"  ELSE coalesce(country_code::text, '') || '/' || coalesce(province, '') || '/' || city END AS v3," \
+	"coalesce(isp, '') AS v4," \
+	"coalesce(browser_type, '') AS v5," \
+	"CASE WHEN coalesce(browser_type, '') = '' THEN '' " \
+	"  WHEN coalesce(browser_version, '') = '' THEN browser_type " \
+	"  ELSE browser_type || ' ' || split_part(browser_version, '.', 1) END AS v6," \
+	"coalesce(os_type, '') AS v7," \
+	"coalesce(device_type, '') AS v8," \
+	"coalesce(referer_host, '') AS v9," \
+	"coalesce(language, '') AS v10"
+#define DIM_NAME \
+	"CASE WHEN v1 IS NOT NULL THEN 'country' WHEN v2 IS NOT NULL THEN 'province' " \
+	"WHEN v3 IS NOT NULL THEN 'city' WHEN v4 IS NOT NULL THEN 'isp' " \
+	"WHEN v5 IS NOT NULL THEN 'browser' WHEN v6 IS NOT NULL THEN 'browser_version' " \
+	"WHEN v7 IS NOT NULL THEN 'os' WHEN v8 IS NOT NULL THEN 'device_type' " \
+	"WHEN v9 IS NOT NULL THEN 'referer_host' ELSE 'language' END"
 
 #define INSERT_SQL_FMT \
 	    "WITH ins AS (" \
@@ -78,9 +88,14 @@ static const char rollup_dims[] =
 	    "  last_visit = greatest(t.last_visit, EXCLUDED.last_visit))," \
 	    "ld AS (" \
 	    " INSERT INTO link_day_dim AS t (url_link_id, day, dimension, value, is_bot, visits)" \
-	    " SELECT i.url_link_id, (i.visit_time AT TIME ZONE 'UTC')::date, d.dim, d.val, i.is_bot," \
-	    "  count(*) FROM ins i CROSS JOIN LATERAL (VALUES %s) AS d(dim, val)" \
-	    " WHERE i.url_link_id IS NOT NULL GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5" \
+	    " SELECT url_link_id, day, " DIM_NAME ", coalesce(v1, v2, v3, v4, v5, v6, v7, v8, v9," \
+	    "  v10), is_bot, n FROM (" \
+	    "  SELECT url_link_id, day, is_bot, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10," \
+	    "   count(*) AS n FROM (" \
+	    "   SELECT url_link_id, (visit_time AT TIME ZONE 'UTC')::date AS day, is_bot, " \
+	    DIM_VALUES " FROM ins WHERE url_link_id IS NOT NULL) x" \
+	    "  GROUP BY url_link_id, day, is_bot, GROUPING SETS ((v1), (v2), (v3), (v4), (v5)," \
+	    "   (v6), (v7), (v8), (v9), (v10))) g" \
 	    " ON CONFLICT (url_link_id, day, dimension, value, is_bot)" \
 	    "  DO UPDATE SET visits = t.visits + EXCLUDED.visits)," \
 	    "od AS (" \
@@ -101,7 +116,7 @@ build_insert_sql(int hll)
 	    " SELECT DISTINCT url_link_id, date_trunc('hour', visit_time), client_id FROM ins"
 	    " WHERE url_link_id IS NOT NULL AND NOT is_bot ORDER BY 1, 2, 3"
 	    " ON CONFLICT DO NOTHING),";
-	size_t n = sizeof(INSERT_SQL_FMT) + strlen(rollup_dims) + strlen(exact) + 512;
+	size_t n = sizeof(INSERT_SQL_FMT) + strlen(exact) + 512;
 	char *sql = malloc(n);
 
 	if (sql == NULL)
@@ -110,7 +125,7 @@ build_insert_sql(int hll)
 	    hll ? ", coalesce(hll_add_agg(hll_hash_text(client_id::text)) FILTER (WHERE NOT is_bot),"
 	          " hll_empty())" : "",
 	    hll ? ", visitors = hll_union(t.visitors, EXCLUDED.visitors)" : "",
-	    hll ? "" : exact, rollup_dims);
+	    hll ? "" : exact);
 	return sql;
 }
 
@@ -383,10 +398,20 @@ rollback(struct loader *l)
 	PQclear(r);
 }
 
+static double
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 static int
 load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
      size_t errstr_size)
 {
+	double t0 = mono_ms(), t1 = t0, t2 = t0;
 	int32_t pending[64];
 	size_t npending = 0;
 	int64_t *next = NULL;
@@ -409,7 +434,9 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 
 		if (copy_rows(l, b, errstr, errstr_size) < 0)
 			goto fail;
+		t1 = mono_ms();
 		r = PQexec(l->conn, l->insert_sql);
+		t2 = mono_ms();
 		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 			set_pg_error(l->conn, r, "insert visits and rollups", errstr, errstr_size);
 			PQclear(r);
@@ -437,6 +464,8 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 	free(next);
 	for (size_t i = 0; i < npending; i++)
 		remember_month(l, pending[i]);
+	log_debug("loaded %zu rows: COPY %.1f ms, insert and rollups %.1f ms, total %.1f ms",
+	    b->rows, t1 - t0, t2 - t1, mono_ms() - t0);
 	return 0;
 fail:
 	free(next);

@@ -1,6 +1,11 @@
 """make bench: ingest events/s from the topic into PostgreSQL (validation,
 enrichment, staging COPY, dedupe, rollups, offsets) next to a raw COPY of the
-same final visit_record rows into an empty visit_record, in the same run."""
+same final visit_record rows into an empty visit_record, in the same run.
+
+Knobs (environment): LP_BENCH_INGEST_EVENTS (200000), LP_BENCH_INGEST_LOG (ingest
+log level; debug prints per-batch COPY / insert+rollup times),
+LP_BENCH_INGEST_PGOPTIONS (PGOPTIONS for ingest's sessions, e.g. auto_explain),
+LP_BENCH_INGEST_DEBUG=1 (print ingest's and PostgreSQL's logs at the end)."""
 import os
 import random
 import subprocess
@@ -24,7 +29,8 @@ COLS = ("id, url_link_id, unique_code, client_id, client_ip, visit_time, http_st
 def realistic_events(n, seed=42):
     """n events: user agents drawn with a heavy head (a few browsers make most
     traffic) from uap-core's test strings, ~n/10 distinct visitors on public
-    IPv4/IPv6 addresses, 2,000 links, 3% orphans, referers and languages."""
+    IPv4/IPv6 addresses, 2,000 links (a few hot ones get most clicks, as
+    in SMS campaigns), 3% orphans, referers and languages."""
     rng = random.Random(seed)
     uas = [u for u, _ in uap_user_agents(limit=3000, seed=seed)]
     gen = EventGen(links=range(1, 2001), seed=seed, uas=uas)
@@ -48,7 +54,8 @@ def realistic_events(n, seed=42):
         if rng.random() < 0.03:
             e.update(link_id=None, code="gone%d" % rng.randrange(50), status=404)
         else:
-            e.update(link_id=rng.randrange(1, 2001), status=302)
+            # campaign traffic is concentrated: a Zipf-like head of hot links
+            e.update(link_id=1 + int(2000 * rng.random() ** 3), status=302)
             e["code"] = "c%d" % e["link_id"]
         out.append(e)
     return out
@@ -72,8 +79,10 @@ def run(bin_dir, work):
         geo = os.path.join(lpstack.ROOT, "var/geoip/GeoLite2-City.mmdb")
         ing = lpstack.program("ingest", work, {
             "pg_dsn": pg.dsn, "kafka_bootstrap": broker.bootstrap, "geoip_city_db": geo,
-            "metrics_port": lpstack.free_port(), "batch_max_events": 20000,
-            "batch_max_ms": 500, "log_level": "info"})
+            "metrics_port": lpstack.free_port(), "batch_max_events": 50000,
+            "batch_max_ms": 1000,
+            "log_level": os.environ.get("LP_BENCH_INGEST_LOG", "info")},
+            env={"PGOPTIONS": os.environ.get("LP_BENCH_INGEST_PGOPTIONS", "")})
         t_start = time.time()
         ing.start()
         t_assigned = None
@@ -119,4 +128,8 @@ def run(bin_dir, work):
         if ing is not None and ing.alive():
             ing.stop()
         broker.stop()
+        if os.environ.get("LP_BENCH_INGEST_DEBUG"):
+            print(ing.output()[-20000:])
+            with open(pg.logfile) as f:
+                print(f.read()[-30000:])
         pg.stop()
