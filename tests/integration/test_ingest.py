@@ -100,9 +100,9 @@ def producer(bootstrap):
                      "queue.buffering.max.messages": 1000000, "enable.idempotence": True})
 
 
-def produce(bootstrap, topic, values, partition=None, prod=None):
-    """Produces values (dicts become JSON, bytes as is); waits for delivery and
-    returns [(partition, offset)]."""
+def produce(bootstrap, topic, values, partition=None, prod=None, key_field="code"):
+    """Produces values (dicts become JSON, bytes as is) keyed by key_field (the
+    redirector keys by code); waits for delivery and returns [(partition, offset)]."""
     p = prod or producer(bootstrap)
     done, errors = [], []
 
@@ -113,7 +113,7 @@ def produce(bootstrap, topic, values, partition=None, prod=None):
             done.append((msg.partition(), msg.offset()))
     for v in values:
         raw = v if isinstance(v, (bytes, bytearray)) else json.dumps(v).encode()
-        key = (v.get("code") if isinstance(v, dict) else "raw").encode()
+        key = (str(v.get(key_field)) if isinstance(v, dict) else "raw").encode()
         kw = {} if partition is None else {"partition": partition}
         while True:
             try:
