@@ -66,7 +66,8 @@ static enum MHD_Result
 create_bulk(struct api *a, struct http_req *req, long long key)
 {
 	enum MHD_Result res;
-	json_t *body = body_json(req, &res), *items, *results, *item;
+	json_t *body = body_json(req, &res), *items, *results;
+	struct links_result *res_v;
 	size_t i;
 
 	if (body == NULL)
@@ -84,23 +85,25 @@ create_bulk(struct api *a, struct http_req *req, long long key)
 		return http_error(req, n ? 413 : 400, "invalid_field", "links",
 		    "links must hold 1 to %d items, not %zu", API_MAX_BATCH, n);
 	}
+	if ((res_v = calloc(json_array_size(items), sizeof(*res_v))) == NULL) {
+		json_decref(body);
+		return http_error(req, 503, "internal", NULL, "out of memory");
+	}
+	links_create_bulk(a->links, items, key, res_v);
 	results = json_array();
-	json_array_foreach(items, i, item) {
-		struct links_err err;
-		json_t *out;
-		int created;
-
-		if (links_create(a->links, item, key, &out, &created, &err) < 0) {
-			json_t *e = err_json(&err);
+	for (i = 0; i < json_array_size(items); i++) {
+		if (res_v[i].rc < 0) {
+			json_t *e = err_json(&res_v[i].err);
 
 			json_object_set_new(e, "index", json_integer((json_int_t)i));
-			json_array_append_new(results, json_pack("{s:i, s:o}", "status", err.status,
-			    "error", e));
+			json_array_append_new(results, json_pack("{s:i, s:o}", "status",
+			    res_v[i].err.status, "error", e));
 		} else {
 			json_array_append_new(results, json_pack("{s:i, s:o}", "status",
-			    created ? 201 : 200, "link", out));
+			    res_v[i].created ? 201 : 200, "link", res_v[i].link));
 		}
 	}
+	free(res_v);
 	json_decref(body);
 	return http_json(req, 200, json_pack("{s:o}", "results", results));
 }

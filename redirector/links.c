@@ -1,7 +1,8 @@
 /* links.c - link creation (random pool, hash, sequence, alias), dedupe by
  * long-URL MD5, lookup, PATCH, soft delete, keyset listing and batch
  * resolve, over parameterized libpq queries with Redis as a cache. */
-#include "links.h"
+#include "links_int.h"
+#include "linkbatch.h"
 #include "digest.h"
 #include "log.h"
 #include "pool.h"
@@ -19,36 +20,18 @@
 #define MAX_TAGS 32
 #define MAX_TAG_LEN 64
 #define CREATE_TRIES 64
+/* Single creates queued by concurrent clients: workers draining the queue
+ * (each holds one PostgreSQL connection while it runs a statement) and the
+ * most creates one statement takes. */
+#define LINKS_BATCH_WORKERS 8
+#define LINKS_BATCH_MAX 256
 
-struct links {
-	struct pgpool *pg;
-	struct kv *kv;
-	struct bloom *bloom;
-	struct pool *pool;
-	char *base_url;          /* owned */
-	char base_host[256];
-	int default_length;
-	enum links_strategy default_strategy;
-	struct codes_key seqkey;
-	int cache_ttl_s;
-};
 
-/* Columns every link query returns, in this order (see row_json). */
-#define LINK_COLS                                                                      \
-	"l.id, l.code, l.short_url, l.long_url, l.long_url_md5, l.strategy, "          \
-	"l.redirect_type, to_json(l.valid_since)#>>'{}', to_json(l.expires_at)#>>'{}', " \
-	"l.max_visits, array_to_json(l.tags), l.disabled, l.deleted, "                  \
-	"to_json(l.create_time)#>>'{}', to_json(l.update_time)#>>'{}', "                \
-	"coalesce((SELECT t.visits FROM link_total t WHERE t.url_link_id = l.id), 0)"
 
 static const char *const strategy_names[] = { "random", "sequence", "hash", "alias" };
 
-static int
-fail(struct links_err *err, int status, const char *code, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int
-fail(struct links_err *err, int status, const char *code, const char *field, const char *fmt, ...)
+int
+links_fail(struct links_err *err, int status, const char *code, const char *field, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -61,11 +44,11 @@ fail(struct links_err *err, int status, const char *code, const char *field, con
 	return -1;
 }
 
-static int
-db_fail(struct links_err *err, const char *errstr)
+int
+links_db_fail(struct links_err *err, const char *errstr)
 {
 	log_warnx("links: %s", errstr);
-	return fail(err, 503, "database_unavailable", NULL, "the database is unavailable: try again");
+	return links_fail(err, 503, "database_unavailable", NULL, "the database is unavailable: try again");
 }
 
 static const char *
@@ -119,6 +102,11 @@ links_new(const struct links_conf *conf, struct pgpool *pg, struct kv *kv, struc
 	L->default_length = conf->default_length;
 	L->default_strategy = conf->default_strategy;
 	L->cache_ttl_s = conf->cache_ttl_s;
+	if (pool != NULL && (L->batch = linkbatch_new(L, LINKS_BATCH_WORKERS, LINKS_BATCH_MAX,
+	    errstr, errstr_size)) == NULL) {
+		links_free(L);
+		return NULL;
+	}
 	return L;
 }
 
@@ -127,6 +115,7 @@ links_free(struct links *L)
 {
 	if (L == NULL)
 		return;
+	linkbatch_free(L->batch);
 	free(L->base_url);
 	free(L);
 }
@@ -139,31 +128,37 @@ text_or_null(PGresult *r, int row, int col)
 	return PQgetisnull(r, row, col) ? json_null() : json_string(PQgetvalue(r, row, col));
 }
 
-static json_t *
-row_json(PGresult *r, int i)
+json_t *
+links_row_json_at(PGresult *r, int i, int off)
 {
-	json_t *tags = json_loads(PQgetvalue(r, i, 10), 0, NULL);
-	int strategy = atoi(PQgetvalue(r, i, 5));
+	json_t *tags = json_loads(PQgetvalue(r, i, off + 10), 0, NULL);
+	int strategy = atoi(PQgetvalue(r, i, off + 5));
 
 	return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:i, s:o, s:o, s:o, s:o, s:b, s:b, "
 	    "s:s, s:s, s:I}",
-	    "id", (json_int_t)strtoll(PQgetvalue(r, i, 0), NULL, 10),
-	    "code", PQgetvalue(r, i, 1),
-	    "short_url", PQgetvalue(r, i, 2),
-	    "long_url", PQgetvalue(r, i, 3),
-	    "long_url_md5", PQgetvalue(r, i, 4),
+	    "id", (json_int_t)strtoll(PQgetvalue(r, i, off + 0), NULL, 10),
+	    "code", PQgetvalue(r, i, off + 1),
+	    "short_url", PQgetvalue(r, i, off + 2),
+	    "long_url", PQgetvalue(r, i, off + 3),
+	    "long_url_md5", PQgetvalue(r, i, off + 4),
 	    "strategy", strategy >= 0 && strategy <= 3 ? strategy_names[strategy] : "random",
-	    "redirect_type", atoi(PQgetvalue(r, i, 6)),
-	    "valid_since", text_or_null(r, i, 7),
-	    "expires_at", text_or_null(r, i, 8),
-	    "max_visits", PQgetisnull(r, i, 9) ? json_null() :
-	        json_integer(strtoll(PQgetvalue(r, i, 9), NULL, 10)),
+	    "redirect_type", atoi(PQgetvalue(r, i, off + 6)),
+	    "valid_since", text_or_null(r, i, off + 7),
+	    "expires_at", text_or_null(r, i, off + 8),
+	    "max_visits", PQgetisnull(r, i, off + 9) ? json_null() :
+	        json_integer(strtoll(PQgetvalue(r, i, off + 9), NULL, 10)),
 	    "tags", tags ? tags : json_array(),
-	    "disabled", PQgetvalue(r, i, 11)[0] == 't',
-	    "deleted", atoi(PQgetvalue(r, i, 12)) != 0,
-	    "created_at", PQgetvalue(r, i, 13),
-	    "updated_at", PQgetvalue(r, i, 14),
-	    "hits", (json_int_t)strtoll(PQgetvalue(r, i, 15), NULL, 10));
+	    "disabled", PQgetvalue(r, i, off + 11)[0] == 't',
+	    "deleted", atoi(PQgetvalue(r, i, off + 12)) != 0,
+	    "created_at", PQgetvalue(r, i, off + 13),
+	    "updated_at", PQgetvalue(r, i, off + 14),
+	    "hits", (json_int_t)strtoll(PQgetvalue(r, i, off + 15), NULL, 10));
+}
+
+static json_t *
+row_json(PGresult *r, int i)
+{
+	return links_row_json_at(r, i, 0);
 }
 
 /* ------------------------------------------------------ validation */
@@ -178,27 +173,27 @@ links_check_url(struct links *L, const char *url, const char *field, struct link
 	int ret = 0;
 
 	if (n == 0)
-		return fail(err, 400, "invalid_url", field, "%s must not be empty", field);
+		return links_fail(err, 400, "invalid_url", field, "%s must not be empty", field);
 	if (n > MAX_URL)
-		return fail(err, 400, "invalid_url", field, "%s is %zu characters; at most %d allowed",
+		return links_fail(err, 400, "invalid_url", field, "%s is %zu characters; at most %d allowed",
 		    field, n, MAX_URL);
 	for (size_t i = 0; i < n; i++)
 		if ((unsigned char)url[i] < 0x20 || url[i] == 0x7f)
-			return fail(err, 400, "invalid_url", field,
+			return links_fail(err, 400, "invalid_url", field,
 			    "%s contains a control character at position %zu", field, i);
 	if ((h = curl_url()) == NULL)
-		return fail(err, 503, "internal", NULL, "out of memory");
+		return links_fail(err, 503, "internal", NULL, "out of memory");
 	rc = curl_url_set(h, CURLUPART_URL, url, 0);
 	if (rc != CURLUE_OK) {
-		ret = fail(err, 400, "invalid_url", field, "%s is not a valid URL: %s", field,
+		ret = links_fail(err, 400, "invalid_url", field, "%s is not a valid URL: %s", field,
 		    curl_url_strerror(rc));
 	} else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 	    (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0)) {
-		ret = fail(err, 400, "invalid_url", field, "%s must use http or https", field);
+		ret = links_fail(err, 400, "invalid_url", field, "%s must use http or https", field);
 	} else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || *host == '\0') {
-		ret = fail(err, 400, "invalid_url", field, "%s has no host", field);
+		ret = links_fail(err, 400, "invalid_url", field, "%s has no host", field);
 	} else if (strcasecmp(host, L->base_host) == 0) {
-		ret = fail(err, 400, "redirect_loop", field,
+		ret = links_fail(err, 400, "redirect_loop", field,
 		    "%s points at this service's own host (%s): that would loop", field, host);
 	}
 	curl_free(scheme);
@@ -233,22 +228,6 @@ valid_rfc3339(const char *s)
 	return 0;
 }
 
-/* The fields a create or patch request may set, checked and in text form
- * for query parameters. */
-struct fields {
-	const char *url;
-	const char *alias;
-	int strategy;            /* -1 unset */
-	int length;              /* 0 unset */
-	int has_expires, has_valid, has_max, has_redirect, has_tags, has_disabled, has_url;
-	const char *expires_at;  /* NULL = clear */
-	const char *valid_since;
-	char max_visits[24];     /* "" = clear */
-	char redirect_type[8];
-	char *tags;              /* PostgreSQL array literal, owned */
-	int disabled;
-	int dedupe;
-};
 
 static int
 parse_tags(json_t *v, char **out, struct links_err *err)
@@ -258,24 +237,24 @@ parse_tags(json_t *v, char **out, struct links_err *err)
 	char *buf, *w;
 
 	if (!json_is_array(v))
-		return fail(err, 400, "invalid_field", "tags", "tags must be an array of strings");
+		return links_fail(err, 400, "invalid_field", "tags", "tags must be an array of strings");
 	if (json_array_size(v) > MAX_TAGS)
-		return fail(err, 400, "invalid_field", "tags", "at most %d tags allowed", MAX_TAGS);
+		return links_fail(err, 400, "invalid_field", "tags", "at most %d tags allowed", MAX_TAGS);
 	json_array_foreach(v, i, t) {
 		const char *s = json_string_value(t);
 		size_t n = s ? strlen(s) : 0;
 
 		if (s == NULL || n == 0 || n > MAX_TAG_LEN)
-			return fail(err, 400, "invalid_field", "tags",
+			return links_fail(err, 400, "invalid_field", "tags",
 			    "tags[%zu] must be a string of 1-%d characters", i, MAX_TAG_LEN);
 		for (size_t k = 0; k < n; k++)
 			if ((unsigned char)s[k] < 0x20 || s[k] == 0x7f)
-				return fail(err, 400, "invalid_field", "tags",
+				return links_fail(err, 400, "invalid_field", "tags",
 				    "tags[%zu] contains a control character", i);
 		cap += 2 * n + 3;
 	}
 	if ((buf = malloc(cap)) == NULL)
-		return fail(err, 503, "internal", NULL, "out of memory");
+		return links_fail(err, 503, "internal", NULL, "out of memory");
 	w = buf;
 	*w++ = '{';
 	json_array_foreach(v, i, t) {
@@ -305,15 +284,15 @@ parse_time_field(json_t *v, const char *name, const char **out, struct links_err
 		return 0;
 	}
 	if (!json_is_string(v) || !valid_rfc3339(json_string_value(v)))
-		return fail(err, 400, "invalid_field", name,
+		return links_fail(err, 400, "invalid_field", name,
 		    "%s must be an RFC 3339 date-time such as 2030-01-31T12:00:00Z, or null", name);
 	*out = json_string_value(v);
 	return 0;
 }
 
 /* Checks every member of req against the allowed names; fills f. */
-static int
-parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struct links_err *err)
+int
+links_parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struct links_err *err)
 {
 	static const char *const create_ok[] = { "url", "alias", "strategy", "length", "expires_at",
 	    "valid_since", "max_visits", "redirect_type", "tags", "dedupe", NULL };
@@ -327,7 +306,7 @@ parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struc
 	f->strategy = -1;
 	f->dedupe = 1;
 	if (!json_is_object(req))
-		return fail(err, 400, "invalid_json", NULL, "the request body must be a JSON object");
+		return links_fail(err, 400, "invalid_json", NULL, "the request body must be a JSON object");
 	json_object_foreach(req, key, v) {
 		int known = 0;
 
@@ -335,10 +314,10 @@ parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struc
 			if (strcmp(key, ok[i]) == 0)
 				known = 1;
 		if (!known)
-			return fail(err, 400, "unknown_field", key, "unknown field \"%s\"", key);
+			return links_fail(err, 400, "unknown_field", key, "unknown field \"%s\"", key);
 		if (strcmp(key, "url") == 0) {
 			if (!json_is_string(v))
-				return fail(err, 400, "invalid_field", "url", "url must be a string");
+				return links_fail(err, 400, "invalid_field", "url", "url must be a string");
 			f->url = json_string_value(v);
 			f->has_url = 1;
 			if (links_check_url(L, f->url, "url", err) < 0)
@@ -347,10 +326,10 @@ parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struc
 			if (json_is_null(v))
 				continue;
 			if (!json_is_string(v) || !codes_valid_alias(json_string_value(v)))
-				return fail(err, 400, "invalid_field", "alias",
+				return links_fail(err, 400, "invalid_field", "alias",
 				    "alias must be 1-64 characters of A-Z a-z 0-9 _ -");
 			if (codes_is_reserved(json_string_value(v)))
-				return fail(err, 400, "reserved_alias", "alias",
+				return links_fail(err, 400, "reserved_alias", "alias",
 				    "alias \"%s\" is reserved", json_string_value(v));
 			f->alias = json_string_value(v);
 		} else if (strcmp(key, "strategy") == 0) {
@@ -360,12 +339,12 @@ parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struc
 				if (strcmp(s, strategy_names[i]) == 0)
 					f->strategy = i;
 			if (f->strategy < 0)
-				return fail(err, 400, "invalid_field", "strategy",
+				return links_fail(err, 400, "invalid_field", "strategy",
 				    "strategy must be \"random\", \"hash\" or \"sequence\"");
 		} else if (strcmp(key, "length") == 0) {
 			if (!json_is_integer(v) || json_integer_value(v) < CODES_GEN_MIN ||
 			    json_integer_value(v) > CODES_GEN_MAX)
-				return fail(err, 400, "invalid_field", "length",
+				return links_fail(err, 400, "invalid_field", "length",
 				    "length must be an integer from %d to %d", CODES_GEN_MIN, CODES_GEN_MAX);
 			f->length = (int)json_integer_value(v);
 		} else if (strcmp(key, "expires_at") == 0) {
@@ -380,7 +359,7 @@ parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struc
 			if (json_is_null(v)) {
 				f->max_visits[0] = '\0';
 			} else if (!json_is_integer(v) || json_integer_value(v) < 1) {
-				return fail(err, 400, "invalid_field", "max_visits",
+				return links_fail(err, 400, "invalid_field", "max_visits",
 				    "max_visits must be a positive integer or null");
 			} else {
 				snprintf(f->max_visits, sizeof(f->max_visits), "%lld",
@@ -391,7 +370,7 @@ parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struc
 			json_int_t t = json_integer_value(v);
 
 			if (!json_is_integer(v) || (t != 301 && t != 302 && t != 307 && t != 308))
-				return fail(err, 400, "invalid_field", "redirect_type",
+				return links_fail(err, 400, "invalid_field", "redirect_type",
 				    "redirect_type must be 301, 302, 307 or 308");
 			snprintf(f->redirect_type, sizeof(f->redirect_type), "%d", (int)t);
 			f->has_redirect = 1;
@@ -401,28 +380,28 @@ parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struc
 			f->has_tags = 1;
 		} else if (strcmp(key, "dedupe") == 0) {
 			if (!json_is_boolean(v))
-				return fail(err, 400, "invalid_field", "dedupe", "dedupe must be true or false");
+				return links_fail(err, 400, "invalid_field", "dedupe", "dedupe must be true or false");
 			f->dedupe = json_is_true(v);
 		} else if (strcmp(key, "disabled") == 0) {
 			if (!json_is_boolean(v))
-				return fail(err, 400, "invalid_field", "disabled",
+				return links_fail(err, 400, "invalid_field", "disabled",
 				    "disabled must be true or false");
 			f->disabled = json_is_true(v);
 			f->has_disabled = 1;
 		}
 	}
 	if (!is_patch && f->url == NULL)
-		return fail(err, 400, "missing_field", "url", "url is required");
+		return links_fail(err, 400, "missing_field", "url", "url is required");
 	if (f->alias != NULL && (f->strategy >= 0 || f->length > 0))
-		return fail(err, 400, "invalid_field", f->strategy >= 0 ? "strategy" : "length",
+		return links_fail(err, 400, "invalid_field", f->strategy >= 0 ? "strategy" : "length",
 		    "an alias cannot be combined with strategy or length");
 	return 0;
 }
 
 /* ---------------------------------------------------------- caching */
 
-static void
-cache_link(struct links *L, json_t *link)
+void
+links_cache(struct links *L, json_t *link)
 {
 	char *s = json_dumps(link, JSON_COMPACT);
 	const char *code = json_string_value(json_object_get(link, "code"));
@@ -467,8 +446,8 @@ links_invalidate(struct links *L, const char *code, const char *md5)
 }
 
 /* A link eligible for dedupe: same target, live, no per-link limits. */
-static int
-dedupable(json_t *link, const char *url, const char *redirect_type)
+int
+links_dedupable(json_t *link, const char *url, const char *redirect_type)
 {
 	return link != NULL &&
 	    strcmp(json_string_value(json_object_get(link, "long_url")), url) == 0 &&
@@ -497,7 +476,7 @@ find_existing(struct links *L, PGconn *c, const char *url, const char *md5,
 		if (lr != NULL && lr->type == REDIS_REPLY_STRING) {
 			json_t *link = json_loadb(lr->str, lr->len, 0, NULL);
 
-			if (dedupable(link, url, redirect_type))
+			if (links_dedupable(link, url, redirect_type))
 				*out = link;
 			else
 				json_decref(link);
@@ -518,7 +497,7 @@ find_existing(struct links *L, PGconn *c, const char *url, const char *md5,
 		return -1;
 	if (PQntuples(res) == 1) {
 		*out = row_json(res, 0);
-		cache_link(L, *out);
+		links_cache(L, *out);
 	}
 	PQclear(res);
 	return 0;
@@ -616,7 +595,7 @@ next_code(struct links *L, PGconn *c, enum links_strategy strategy, const struct
 			return 1;
 		}
 		if (codes_random(length, a->code, errstr, sizeof(errstr)) < 0)
-			return fail(err, 503, "internal", NULL, "%s", errstr);
+			return links_fail(err, 503, "internal", NULL, "%s", errstr);
 		break;
 	case LINKS_HASH:
 		snprintf(a->type_s, sizeof(a->type_s), "2");
@@ -635,12 +614,12 @@ next_code(struct links *L, PGconn *c, enum links_strategy strategy, const struct
 		unsigned long long ctr;
 
 		if (sr == NULL)
-			return db_fail(err, errstr);
+			return links_db_fail(err, errstr);
 		ctr = strtoull(PQgetvalue(sr, 0, 0), NULL, 10);
 		PQclear(sr);
 		snprintf(a->type_s, sizeof(a->type_s), "1");
 		if (codes_seq_encode(&L->seqkey, ctr, length, a->code, errstr, sizeof(errstr)) < 0)
-			return fail(err, 409, "code_space_exhausted", "length",
+			return links_fail(err, 409, "code_space_exhausted", "length",
 			    "no more sequence codes of length %d", length);
 		break;
 	}
@@ -648,37 +627,120 @@ next_code(struct links *L, PGconn *c, enum links_strategy strategy, const struct
 	return codes_is_reserved(a->code) ? 0 : 1;
 }
 
+enum links_strategy
+links_strategy_of(const struct links *L, const struct fields *f)
+{
+	return f->alias ? LINKS_ALIAS : f->strategy >= 0 ? (enum links_strategy)f->strategy :
+	    L->default_strategy;
+}
+
+int
+links_length_of(const struct links *L, const struct fields *f)
+{
+	return f->length ? f->length : L->default_length;
+}
+
 int
 links_create(struct links *L, json_t *req, long long key_id, json_t **out, int *created,
              struct links_err *err)
 {
 	struct fields f;
+	int rc;
+
+	*out = NULL;
+	*created = 0;
+	if (links_parse_fields(L, req, 0, &f, err) < 0) {
+		free(f.tags);
+		return -1;
+	}
+	if (!f.has_redirect)
+		snprintf(f.redirect_type, sizeof(f.redirect_type), "302");
+	if (L->batch != NULL && linkbatch_eligible(L, &f))
+		rc = linkbatch_submit(L->batch, &f, key_id, out, created, err);
+	else
+		rc = links_create_fields(L, &f, key_id, out, created, err);
+	free(f.tags);
+	return rc;
+}
+
+void
+links_create_bulk(struct links *L, json_t *items, long long key_id, struct links_result *res)
+{
+	size_t n = json_array_size(items), nb = 0, i;
+	struct fields *f = calloc(n + 1, sizeof(*f));
+	struct linkbatch_item *bi = calloc(n + 1, sizeof(*bi));
+	struct linkbatch_item **bp = calloc(n + 1, sizeof(*bp));
+	size_t *at = calloc(n + 1, sizeof(*at));
+	json_t *item;
+
+	memset(res, 0, n * sizeof(*res));
+	if (f == NULL || bi == NULL || bp == NULL || at == NULL) {
+		for (i = 0; i < n; i++) {
+			res[i].rc = -1;
+			links_fail(&res[i].err, 503, "internal", NULL, "out of memory");
+		}
+		goto out;
+	}
+	json_array_foreach(items, i, item) {
+		if (links_parse_fields(L, item, 0, &f[i], &res[i].err) < 0) {
+			res[i].rc = -1;
+			continue;
+		}
+		if (!f[i].has_redirect)
+			snprintf(f[i].redirect_type, sizeof(f[i].redirect_type), "302");
+		if (linkbatch_eligible(L, &f[i])) {
+			bi[nb].f = &f[i];
+			bi[nb].key_id = key_id;
+			bp[nb] = &bi[nb];
+			at[nb++] = i;
+		} else {
+			res[i].rc = links_create_fields(L, &f[i], key_id, &res[i].link, &res[i].created,
+			    &res[i].err);
+		}
+	}
+	linkbatch_run(L, bp, nb);
+	for (size_t k = 0; k < nb; k++) {
+		struct links_result *r = &res[at[k]];
+
+		r->rc = bi[k].rc;
+		r->link = bi[k].out;
+		r->created = bi[k].created;
+		if (r->rc < 0)
+			r->err = bi[k].err;
+	}
+out:
+	for (i = 0; f != NULL && i < n; i++)
+		free(f[i].tags);
+	free(f);
+	free(bi);
+	free(bp);
+	free(at);
+}
+
+int
+links_create_fields(struct links *L, struct fields *fp, long long key_id, json_t **out,
+                    int *created, struct links_err *err)
+{
+	struct fields f = *fp;
 	struct attempt a;
 	char md5[33], strategy_s[4], key_s[24], errstr[512];
 	const char *params[12];
-	enum links_strategy strategy;
-	int length, rc = -1;
+	enum links_strategy strategy = links_strategy_of(L, fp);
+	int length = links_length_of(L, fp), rc = -1;
 	PGconn *c = NULL;
 
 	*out = NULL;
 	*created = 0;
 	memset(&a, 0, sizeof(a));
-	if (parse_fields(L, req, 0, &f, err) < 0)
-		goto done;
-	strategy = f.alias ? LINKS_ALIAS : f.strategy >= 0 ? (enum links_strategy)f.strategy :
-	    L->default_strategy;
-	length = f.length ? f.length : L->default_length;
-	if (!f.has_redirect)
-		snprintf(f.redirect_type, sizeof(f.redirect_type), "302");
 	digest_md5_hex(f.url, strlen(f.url), md5);
 	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL) {
-		db_fail(err, errstr);
+		links_db_fail(err, errstr);
 		goto done;
 	}
 	if (f.dedupe && strategy != LINKS_ALIAS && !f.has_expires && !f.has_valid &&
 	    !(f.has_max && f.max_visits[0])) {
 		if (find_existing(L, c, f.url, md5, f.redirect_type, out, errstr, sizeof(errstr)) < 0) {
-			db_fail(err, errstr);
+			links_db_fail(err, errstr);
 			goto done;
 		}
 		if (*out != NULL) {
@@ -715,7 +777,7 @@ links_create(struct links *L, json_t *req, long long key_id, json_t **out, int *
 			params[10] = a.code;
 		r = insert_link(c, codesql, params, nparams, out, errstr, sizeof(errstr));
 		if (r < 0) {
-			db_fail(err, errstr);
+			links_db_fail(err, errstr);
 			goto done;
 		}
 		if (r == 1) {
@@ -727,11 +789,11 @@ links_create(struct links *L, json_t *req, long long key_id, json_t **out, int *
 				invalidate_code(c, got);
 			*created = 1;
 			rc = 0;
-			cache_link(L, *out);
+			links_cache(L, *out);
 			goto done;
 		}
 		if (strategy == LINKS_ALIAS) {
-			fail(err, 409, "alias_taken", "alias", "alias \"%s\" is already in use", f.alias);
+			links_fail(err, 409, "alias_taken", "alias", "alias \"%s\" is already in use", f.alias);
 			goto done;
 		}
 		if (a.from_pool == 1)
@@ -739,12 +801,11 @@ links_create(struct links *L, json_t *req, long long key_id, json_t **out, int *
 		else if (a.from_pool == 2)
 			a.pg_pool_empty = 1; /* nothing unused in PostgreSQL: generate inline */
 	}
-	fail(err, 503, "code_space_busy", NULL, "could not find a free code after %d tries",
+	links_fail(err, 503, "code_space_busy", NULL, "could not find a free code after %d tries",
 	    CREATE_TRIES);
 done:
 	if (c != NULL)
 		pgpool_put(L->pg, c);
-	free(f.tags);
 	return rc;
 }
 
@@ -760,10 +821,10 @@ fetch(struct links *L, PGconn *c, const char *code, json_t **out, struct links_e
 
 	(void)L;
 	if (r == NULL)
-		return db_fail(err, errstr);
+		return links_db_fail(err, errstr);
 	if (PQntuples(r) == 0) {
 		PQclear(r);
-		return fail(err, 404, "not_found", NULL, "no link with code \"%s\"", code);
+		return links_fail(err, 404, "not_found", NULL, "no link with code \"%s\"", code);
 	}
 	*out = row_json(r, 0);
 	PQclear(r);
@@ -778,7 +839,7 @@ links_get(struct links *L, const char *code, json_t **out, struct links_err *err
 	int rc;
 
 	if (c == NULL)
-		return db_fail(err, errstr);
+		return links_db_fail(err, errstr);
 	rc = fetch(L, c, code, out, err);
 	pgpool_put(L->pg, c);
 	return rc;
@@ -796,7 +857,7 @@ links_patch(struct links *L, const char *code, json_t *req, long long key_id, js
 	int rc = -1;
 
 	*out = NULL;
-	if (parse_fields(L, req, 1, &f, err) < 0)
+	if (links_parse_fields(L, req, 1, &f, err) < 0)
 		goto done;
 	if (f.has_url)
 		digest_md5_hex(f.url, strlen(f.url), md5);
@@ -817,7 +878,7 @@ links_patch(struct links *L, const char *code, json_t *req, long long key_id, js
 	params[13] = f.tags;
 	params[14] = key_s;
 	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL) {
-		db_fail(err, errstr);
+		links_db_fail(err, errstr);
 		goto done;
 	}
 	r = pgpool_exec(c,
@@ -836,12 +897,12 @@ links_patch(struct links *L, const char *code, json_t *req, long long key_id, js
 	    "SELECT " LINK_COLS ", (SELECT long_url_md5 FROM old) FROM l",
 	    15, params, NULL, errstr, sizeof(errstr));
 	if (r == NULL) {
-		db_fail(err, errstr);
+		links_db_fail(err, errstr);
 		goto done;
 	}
 	if (PQntuples(r) == 0) {
 		PQclear(r);
-		fail(err, 404, "not_found", NULL, "no live link with code \"%s\"", code);
+		links_fail(err, 404, "not_found", NULL, "no live link with code \"%s\"", code);
 		goto done;
 	}
 	*out = row_json(r, 0);
@@ -864,17 +925,17 @@ links_delete(struct links *L, const char *code, long long key_id, struct links_e
 	PGresult *r;
 
 	if (c == NULL)
-		return db_fail(err, errstr);
+		return links_db_fail(err, errstr);
 	snprintf(key_s, sizeof(key_s), "%lld", key_id);
 	r = pgpool_exec(c, "UPDATE url_link SET deleted = 1, update_time = now(), "
 	    "updater = nullif($2, '0')::bigint WHERE code = $1 AND deleted = 0 RETURNING long_url_md5",
 	    2, params, NULL, errstr, sizeof(errstr));
 	pgpool_put(L->pg, c);
 	if (r == NULL)
-		return db_fail(err, errstr);
+		return links_db_fail(err, errstr);
 	if (PQntuples(r) == 0) {
 		PQclear(r);
-		return fail(err, 404, "not_found", NULL, "no live link with code \"%s\"", code);
+		return links_fail(err, 404, "not_found", NULL, "no live link with code \"%s\"", code);
 	}
 	links_invalidate(L, code, PQgetvalue(r, 0, 0));
 	PQclear(r);
@@ -895,7 +956,7 @@ links_list(struct links *L, const char *tag, long long limit, const char *cursor
 	if (cursor != NULL && *cursor) {
 		for (const char *p = cursor; *p; p++)
 			if (!isdigit((unsigned char)*p) || p - cursor > 18)
-				return fail(err, 400, "invalid_field", "cursor",
+				return links_fail(err, 400, "invalid_field", "cursor",
 				    "cursor must be a next_cursor value from a previous page");
 	}
 	snprintf(lim, sizeof(lim), "%lld", limit + 1);
@@ -903,14 +964,14 @@ links_list(struct links *L, const char *tag, long long limit, const char *cursor
 	params[1] = cursor && *cursor ? cursor : NULL;
 	params[2] = lim;
 	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL)
-		return db_fail(err, errstr);
+		return links_db_fail(err, errstr);
 	r = pgpool_exec(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.deleted = 0 "
 	    "AND ($1::text IS NULL OR l.tags @> ARRAY[$1::text]) "
 	    "AND ($2::bigint IS NULL OR l.id < $2::bigint) ORDER BY l.id DESC LIMIT $3::int",
 	    3, params, NULL, errstr, sizeof(errstr));
 	pgpool_put(L->pg, c);
 	if (r == NULL)
-		return db_fail(err, errstr);
+		return links_db_fail(err, errstr);
 	n = PQntuples(r);
 	arr = json_array();
 	for (int i = 0; i < n && i < limit; i++)
@@ -935,13 +996,13 @@ links_resolve(struct links *L, json_t *codes, json_t **out, struct links_err *er
 		const char *s = json_string_value(v);
 
 		if (s == NULL)
-			return fail(err, 400, "invalid_field", "codes", "codes[%zu] must be a string", i);
+			return links_fail(err, 400, "invalid_field", "codes", "codes[%zu] must be a string", i);
 		if (!codes_valid_alias(s))
 			continue; /* cannot exist: resolves to null */
 		cap += strlen(s) + 1;
 	}
 	if ((arr = malloc(cap)) == NULL)
-		return fail(err, 503, "internal", NULL, "out of memory");
+		return links_fail(err, 503, "internal", NULL, "out of memory");
 	w = arr;
 	*w++ = '{';
 	json_array_foreach(codes, i, v) {
@@ -960,14 +1021,14 @@ links_resolve(struct links *L, json_t *codes, json_t **out, struct links_err *er
 	params[0] = arr;
 	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL) {
 		free(arr);
-		return db_fail(err, errstr);
+		return links_db_fail(err, errstr);
 	}
 	r = pgpool_exec(c, "SELECT code, long_url FROM url_link WHERE code = ANY($1::text[]) "
 	    "AND deleted = 0", 1, params, NULL, errstr, sizeof(errstr));
 	pgpool_put(L->pg, c);
 	free(arr);
 	if (r == NULL)
-		return db_fail(err, errstr);
+		return links_db_fail(err, errstr);
 	res = json_array();
 	json_array_foreach(codes, i, v) {
 		json_t *found = json_null();

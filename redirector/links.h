@@ -46,6 +46,20 @@ void links_free(struct links *L);
 int links_create(struct links *L, json_t *req, long long key_id, json_t **out, int *created,
                  struct links_err *err);
 
+/* One item's outcome in a bulk create. */
+struct links_result {
+	int rc;                   /* 0: link set; -1: err set */
+	json_t *link;             /* caller owns when rc == 0 */
+	int created;              /* 1 new (201), 0 existing one by dedupe (200) */
+	struct links_err err;
+};
+
+/* Creates every link of items (a JSON array, borrowed); res has one slot
+ * per item, filled in input order. Random-strategy items go through one
+ * set-based round (see linkbatch.h); the others one at a time. */
+void links_create_bulk(struct links *L, json_t *items, long long key_id,
+                       struct links_result *res);
+
 /* Link JSON for code (deleted links included, with "deleted": true). */
 int links_get(struct links *L, const char *code, json_t **out, struct links_err *err);
 
@@ -67,6 +81,10 @@ int links_resolve(struct links *L, json_t *codes, json_t **out, struct links_err
 /* Validates a target URL: http/https, parses with a host, <= 4096 bytes, no
  * control characters, not this service's own host. 0 or -1 with err. */
 int links_check_url(struct links *L, const char *url, const char *field, struct links_err *err);
+
+/* Writes a link record (borrowed JSON as links_get returns it) to the Redis
+ * cache (lp:link:<code> with the configured TTL, lp:md5code). Best effort. */
+void links_cache(struct links *L, json_t *link);
 
 /* Drops the cached Redis records for code (after a change). */
 void links_invalidate(struct links *L, const char *code, const char *md5);

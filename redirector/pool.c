@@ -92,6 +92,19 @@ pool_take(struct pool *p, char *out)
 	return got;
 }
 
+const char *
+pool_key(const struct pool *p)
+{
+	return p->key;
+}
+
+void
+pool_taken(struct pool *p, long long want, long long got)
+{
+	if (atomic_fetch_sub(&p->size, got) - got <= p->low_water || got < want)
+		kick(p);
+}
+
 void
 pool_give_back(struct pool *p, const char *code)
 {

@@ -28,6 +28,13 @@ int pool_take(struct pool *p, char *out);
 /* Puts an unused popped code back (e.g. dedupe found an existing link). */
 void pool_give_back(struct pool *p, const char *code);
 
+/* Redis key of the pooled set (lp:pool:<length>), for pipelined SPOP n. */
+const char *pool_key(const struct pool *p);
+
+/* Records that a pipelined SPOP asked for want codes and got got; wakes the
+ * refill thread when the set runs low. */
+void pool_taken(struct pool *p, long long want, long long got);
+
 /* Length of pooled codes. */
 int pool_length(const struct pool *p);
 

@@ -115,11 +115,16 @@ load(void *ctx, const char *code, struct lcache_rec *rec, char *errstr, size_t e
 	}
 	if (rep != NULL)
 		freeReplyObject(rep);
-	if (j == NULL && links_get(r->links, code, &j, &err) < 0) {
-		if (err.status == 404)
-			return 0;
-		errstr_set(errstr, errstr_size, "%s", err.msg);
-		return -1;
+	if (j == NULL) {
+		if (links_get(r->links, code, &j, &err) < 0) {
+			if (err.status == 404)
+				return 0;
+			errstr_set(errstr, errstr_size, "%s", err.msg);
+			return -1;
+		}
+		/* warm Redis so other redirectors' cold lookups stop there */
+		if (json_is_null(json_object_get(j, "max_visits")))
+			links_cache(r->links, j);
 	}
 	rc = rec_from_json(j, rec, errstr, errstr_size);
 	json_decref(j);

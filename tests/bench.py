@@ -49,8 +49,8 @@ def bench_api(bin_dir, work):
     port = lpstack.free_port()
     red = lpstack.program("redirector", work, {
         "pg_dsn": pg.dsn, "redis_url": redis.url, "listen_port": port,
-        "base_url": "http://s.bench", "log_level": "warn", "pg_pool_size": 32,
-        "http_threads": 8, "pool_low_water": 100000, "pool_batch": 20000}).start()
+        "base_url": "http://s.bench", "log_level": "warn", "pg_pool_size": 48,
+        "http_threads": 48, "pool_low_water": 100000, "pool_batch": 20000}).start()
     try:
         lpstack.wait_port(port, proc=red.proc, what="redirector")
         key = subprocess.run([os.path.join(bin_dir, "redirector"), "-o", f"pg_dsn={pg.dsn}",

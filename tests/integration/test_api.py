@@ -31,7 +31,8 @@ def start_redirector(procs, pg, redis, extra=None):
     base = f"http://127.0.0.1:{port}"
     settings = {"pg_dsn": pg.dsn, "redis_url": redis.url if redis else "",
                 "listen_port": port, "base_url": "http://s.test", "pool_low_water": 500,
-                "pool_batch": 1000, "bloom_expected": 100000, "log_level": "warn"}
+                "pool_batch": 1000, "bloom_expected": 100000, "log_level": "warn",
+                "kafka_bootstrap": "", "spool_dir": os.path.join(procs.workdir, "spool")}
     settings.update(extra or {})
     p = procs.start("redirector", settings)
     lpstack.wait_port(port, proc=p.proc, what="redirector")
@@ -206,6 +207,87 @@ def test_bulk_in_order_with_errors(api):
     assert api.pg.psql("SELECT count(*) FROM url_link") == "18"
     r = api.req("POST", "/api/v1/links/bulk", {"links": [{"url": "https://a.com"}] * 1001})
     assert r.status_code == 413
+
+
+def test_bulk_set_based_dedupe_and_fields(api):
+    """The set-based path: duplicates inside one request, dedupe against
+    links in PostgreSQL (Redis cache flushed) and in Redis, per-item fields
+    and tags, and every created code claimed in unique_code."""
+    first = api.create(url="https://example.com/exists").json()
+    api.redis.cli("DEL", f"lp:link:{first['code']}", "lp:md5code")
+    second = api.create(url="https://example.com/cached").json()
+    items = [{"url": f"https://example.com/s{i}"} for i in range(300)]
+    items[10] = {"url": "https://example.com/s5"}            # same as item 5
+    items[20] = {"url": "https://example.com/exists"}        # in PostgreSQL only
+    items[30] = {"url": "https://example.com/cached"}        # in the Redis MD5 map
+    items[40] = {"url": "https://example.com/s5", "dedupe": False}
+    items[50] = {"url": "https://example.com/t", "tags": ["q\"uote", "back\\slash", "a,b"],
+                 "expires_at": "2099-01-01T00:00:00Z", "max_visits": 7, "redirect_type": 301}
+    items[60] = {"url": "https://example.com/s5", "redirect_type": 307}  # differs: new link
+    r = api.req("POST", "/api/v1/links/bulk", {"links": items})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert [x["status"] for x in res].count(201) == 297
+    assert res[5]["status"] == 201
+    assert res[10]["status"] == 200 and res[10]["link"]["code"] == res[5]["link"]["code"]
+    assert res[20]["status"] == 200 and res[20]["link"]["code"] == first["code"]
+    assert res[30]["status"] == 200 and res[30]["link"]["code"] == second["code"]
+    assert res[40]["status"] == 201 and res[40]["link"]["code"] != res[5]["link"]["code"]
+    assert res[60]["status"] == 201 and res[60]["link"]["redirect_type"] == 307
+    t = res[50]["link"]
+    assert (t["tags"], t["max_visits"], t["redirect_type"]) == \
+        (["q\"uote", "back\\slash", "a,b"], 7, 301)
+    assert t["expires_at"].startswith("2099-01-01")
+    codes = [x["link"]["code"] for x in res if x["status"] == 201]
+    assert len(set(codes)) == len(codes) == 297
+    assert api.pg.psql("SELECT count(*) FROM url_link") == "299"
+    # every link's code is claimed (status 1) in unique_code, none left unused
+    assert api.pg.psql("SELECT count(*) FROM url_link l LEFT JOIN unique_code u "
+                       "ON u.code = l.code WHERE u.status IS DISTINCT FROM 1") == "0"
+    g = api.req("GET", "/" + res[7]["link"]["code"])
+    assert (g.status_code, g.headers["Location"]) == (302, "https://example.com/s7")
+
+
+def test_bulk_when_pool_runs_dry(procs, pg, redis):
+    """A pool far smaller than the request: the batch generates the missing
+    codes itself (CSPRNG, inserted into unique_code as used) and succeeds."""
+    api = start_redirector(procs, pg, redis, {"pool_low_water": 1, "pool_batch": 10})
+    r = api.req("POST", "/api/v1/links/bulk",
+                {"links": [{"url": f"https://dry.example/{i}"} for i in range(1000)]})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert all(x["status"] == 201 for x in res), [x for x in res if x["status"] != 201][:3]
+    codes = {x["link"]["code"] for x in res}
+    assert len(codes) == 1000 and all(len(c) == 6 for c in codes)
+    assert api.pg.psql("SELECT count(*) FROM url_link l JOIN unique_code u USING (code) "
+                       "WHERE u.status = 1") == "1000"
+
+
+def test_concurrent_singles_batched(api):
+    """Single creates from many connections at once go through the batch
+    queue: each gets its own link, same-URL requests get one link."""
+    def one(i):
+        s = requests.Session()
+        out = []
+        for j in range(25):
+            url = f"https://conc.example/{i}/{j}" if j % 5 else "https://conc.example/same"
+            r = s.post(api.base + "/api/v1/links", data=json.dumps({"url": url}),
+                       headers={"Authorization": f"Bearer {api.key}"}, timeout=30)
+            assert r.status_code in (200, 201), r.text
+            out.append((url, r.json()["code"]))
+        return out
+    with concurrent.futures.ThreadPoolExecutor(24) as ex:
+        got = [x for part in ex.map(one, range(24)) for x in part]
+    distinct = {u: set() for u, _ in got}
+    for u, c in got:
+        distinct[u].add(c)
+    assert len(got) == 600
+    for u, cs in distinct.items():
+        assert len(cs) == 1 or u == "https://conc.example/same", (u, cs)
+    # identical concurrent creates may race into separate links, but never share a code
+    n = int(api.pg.psql("SELECT count(*) FROM url_link"))
+    assert n == int(api.pg.psql("SELECT count(DISTINCT code) FROM url_link"))
+    assert n >= 480 + 1
 
 
 def test_resolve(api):

@@ -1,0 +1,737 @@
+/* linkbatch.c - set-based random-strategy creation: pipelined SPOP n + HMGET
+ * of the MD5 map in Redis, then one statement that dedupes, claims the codes
+ * in unique_code and inserts url_link; a queue batches concurrent singles. */
+#include "linkbatch.h"
+#include "digest.h"
+#include "log.h"
+#include "pool.h"
+#include "codes.h"
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Item states inside linkbatch_run. */
+enum {
+	ST_NEW,      /* not yet handled */
+	ST_DONE,     /* finished (rc, out, err set) */
+	ST_DONE_PG,  /* finished by PostgreSQL dedupe: its popped code goes back */
+	ST_DUP,      /* same link as an earlier item (dup_of) */
+	ST_CODE,     /* holds a popped code for the statement */
+	ST_FALLBACK  /* to the single path (pool short, Redis down, code taken) */
+};
+
+struct linkbatch {
+	struct links *L;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;      /* workers: queue not empty or stop */
+	struct linkbatch_item *head, *tail;
+	int stop;
+	int max_batch;
+	int nthr;
+	pthread_t *thr;
+};
+
+/* ------------------------------------------------------ text buffers */
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+
+static void
+sb_grow(struct sbuf *b, size_t more)
+{
+	char *np;
+	size_t cap;
+
+	if (b->oom || b->len + more + 1 <= b->cap)
+		return;
+	cap = b->cap ? b->cap : 4096;
+	while (cap < b->len + more + 1)
+		cap *= 2;
+	if ((np = realloc(b->p, cap)) == NULL) {
+		b->oom = 1;
+		return;
+	}
+	b->p = np;
+	b->cap = cap;
+}
+
+static void
+sb_put(struct sbuf *b, const char *s, size_t n)
+{
+	sb_grow(b, n);
+	if (b->oom)
+		return;
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+/* Appends one element of a PostgreSQL array literal (NULL when s is NULL). */
+static void
+sb_elem(struct sbuf *b, const char *s)
+{
+	sb_put(b, b->len > 1 ? "," : "", b->len > 1);
+	if (s == NULL) {
+		sb_put(b, "NULL", 4);
+		return;
+	}
+	sb_put(b, "\"", 1);
+	for (const char *p = s; *p; p++) {
+		size_t run = strcspn(p, "\"\\");
+
+		sb_put(b, p, run);
+		p += run;
+		if (*p == '\0')
+			break;
+		sb_put(b, "\\", 1);
+		sb_put(b, p, 1);
+	}
+	sb_put(b, "\"", 1);
+}
+
+/* --------------------------------------------------------- the batch */
+
+static int
+item_dedupes(const struct fields *f)
+{
+	return f->dedupe && !f->has_expires && !f->has_valid && !(f->has_max && f->max_visits[0]);
+}
+
+int
+linkbatch_eligible(const struct links *L, const struct fields *f)
+{
+	return L->pool != NULL && links_strategy_of(L, f) == LINKS_RANDOM &&
+	    links_length_of(L, f) == pool_length(L->pool);
+}
+
+/* Marks later items that ask for the same dedupable link as an earlier one
+ * (same URL MD5, URL and redirect type) as its duplicates. */
+static void
+mark_duplicates(struct linkbatch_item **it, size_t n)
+{
+	size_t cap = 16, mask;
+	int *slot;
+
+	while (cap < 2 * n)
+		cap *= 2;
+	mask = cap - 1;
+	if ((slot = malloc(cap * sizeof(*slot))) == NULL)
+		return; /* no intra-batch dedupe: PostgreSQL still dedupes across batches */
+	for (size_t i = 0; i < cap; i++)
+		slot[i] = -1;
+	for (size_t i = 0; i < n; i++) {
+		size_t h;
+
+		if (!it[i]->dedupe)
+			continue;
+		{
+			char hx[17];
+
+			memcpy(hx, it[i]->md5, 16);
+			hx[16] = '\0';
+			h = (size_t)strtoull(hx, NULL, 16);
+		}
+		for (h &= mask;; h = (h + 1) & mask) {
+			struct linkbatch_item *o;
+
+			if (slot[h] < 0) {
+				slot[h] = (int)i;
+				break;
+			}
+			o = it[slot[h]];
+			if (strcmp(o->md5, it[i]->md5) == 0 && strcmp(o->f->url, it[i]->f->url) == 0 &&
+			    strcmp(o->f->redirect_type, it[i]->f->redirect_type) == 0) {
+				it[i]->state = ST_DUP;
+				it[i]->dup_of = slot[h];
+				break;
+			}
+		}
+	}
+	free(slot);
+}
+
+static void
+item_fail(struct linkbatch_item *it, const struct links_err *err)
+{
+	it->rc = -1;
+	it->err = *err;
+	it->state = ST_DONE;
+}
+
+static void
+item_ok(struct linkbatch_item *it, json_t *link, int created)
+{
+	it->rc = 0;
+	it->out = link;
+	it->created = created;
+	it->state = ST_DONE;
+}
+
+/* The pool ran short: a code from the CSPRNG, screened by the Bloom filter
+ * and the reserved words; the statement inserts it into unique_code as
+ * used (its unique constraint decides). ST_FALLBACK when none is found. */
+static void
+fresh_code(struct links *L, struct linkbatch_item *it)
+{
+	char errstr[128];
+	int len = pool_length(L->pool);
+
+	for (int tries = 0; tries < 8; tries++) {
+		if (codes_random(len, it->code, errstr, sizeof(errstr)) < 0)
+			break;
+		if (codes_is_reserved(it->code) ||
+		    (L->bloom != NULL && bloom_maybe(L->bloom, it->code, strlen(it->code))))
+			continue;
+		it->fresh = 1;
+		it->state = ST_CODE;
+		return;
+	}
+	it->state = ST_FALLBACK;
+}
+
+/* One pipeline: HMGET the MD5 map for dedupe items, SPOP codes for all the
+ * others. Items whose cached link dedupes are finished here; the rest get a
+ * code (ST_CODE) or, when the pool is short or Redis is down, ST_FALLBACK.
+ * Returns the popped codes nobody used (caller frees; count in *nunused). */
+static char **
+redis_round(struct links *L, struct linkbatch_item **it, size_t n, size_t *nunused)
+{
+	size_t nd = 0, need = 0, k, ncodes = 0, hit = 0;
+	const char **a0 = NULL, **a1 = NULL;
+	size_t *l0 = NULL, *l1 = NULL;
+	char count[24], **unused = NULL;
+	redisReply *rep[2] = { NULL, NULL }, *mrep = NULL;
+	int *dix = NULL;
+
+	*nunused = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (it[i]->state != ST_NEW)
+			continue;
+		need++;
+		nd += it[i]->dedupe;
+	}
+	if (need == 0)
+		return NULL;
+	if (!kv_up(L->kv))
+		goto fallback;
+	a0 = calloc(nd + 2, sizeof(*a0));
+	l0 = calloc(nd + 2, sizeof(*l0));
+	dix = calloc(nd + 1, sizeof(*dix));
+	if (a0 == NULL || l0 == NULL || dix == NULL)
+		goto fallback;
+	a0[0] = "HMGET";
+	a0[1] = "lp:md5code";
+	for (size_t i = 0, j = 0; i < n; i++)
+		if (it[i]->state == ST_NEW && it[i]->dedupe) {
+			a0[2 + j] = it[i]->md5;
+			dix[j++] = (int)i;
+		}
+	for (size_t j = 0; j < nd + 2; j++)
+		l0[j] = strlen(a0[j]);
+	snprintf(count, sizeof(count), "%zu", need);
+	{
+		const char *spop[3] = { "SPOP", pool_key(L->pool), count };
+		size_t spl[3] = { 4, strlen(pool_key(L->pool)), strlen(count) };
+		const char *const *argv[2] = { a0, spop };
+		const size_t *lens[2] = { l0, spl };
+		int argc[2] = { (int)nd + 2, 3 };
+
+		if (nd == 0) {
+			argv[0] = spop;
+			lens[0] = spl;
+			argc[0] = 3;
+		}
+		if (kv_pipeline(L->kv, nd ? 2 : 1, argc, argv, lens, rep) < 0)
+			goto fallback;
+		if (nd == 0) {
+			rep[1] = rep[0];
+			rep[0] = NULL;
+		}
+	}
+	/* Dedupe hits from the Redis MD5 map: fetch those links in one MGET. */
+	if (rep[0] != NULL && rep[0]->type == REDIS_REPLY_ARRAY && rep[0]->elements == nd) {
+		for (k = 0; k < nd; k++)
+			hit += rep[0]->element[k]->type == REDIS_REPLY_STRING;
+		if (hit > 0 && (a1 = calloc(hit + 1, sizeof(*a1))) != NULL &&
+		    (l1 = calloc(hit + 1, sizeof(*l1))) != NULL) {
+			char (*keys)[96] = calloc(hit, sizeof(*keys));
+			size_t h = 0;
+
+			a1[0] = "MGET";
+			l1[0] = 4;
+			for (k = 0; keys != NULL && k < nd; k++) {
+				redisReply *e = rep[0]->element[k];
+
+				if (e->type != REDIS_REPLY_STRING)
+					continue;
+				snprintf(keys[h], sizeof(keys[h]), "lp:link:%.64s", e->str);
+				a1[1 + h] = keys[h];
+				l1[1 + h] = strlen(keys[h]);
+				h++;
+			}
+			if (keys != NULL) {
+				const char *const *argv[1] = { a1 };
+				const size_t *lens[1] = { l1 };
+				int argc[1] = { (int)hit + 1 };
+
+				if (kv_pipeline(L->kv, 1, argc, argv, lens, &mrep) == 0 &&
+				    mrep->type == REDIS_REPLY_ARRAY && mrep->elements == hit) {
+					h = 0;
+					for (k = 0; k < nd; k++) {
+						struct linkbatch_item *t = it[dix[k]];
+						redisReply *e;
+						json_t *link;
+
+						if (rep[0]->element[k]->type != REDIS_REPLY_STRING)
+							continue;
+						e = mrep->element[h++];
+						if (e->type != REDIS_REPLY_STRING)
+							continue;
+						link = json_loadb(e->str, e->len, 0, NULL);
+						if (links_dedupable(link, t->f->url, t->f->redirect_type))
+							item_ok(t, link, 0);
+						else
+							json_decref(link);
+					}
+				}
+			}
+			free(keys);
+		}
+	}
+	/* Hand the popped codes to the items still needing one. */
+	if (rep[1] != NULL && rep[1]->type == REDIS_REPLY_ARRAY)
+		ncodes = rep[1]->elements;
+	pool_taken(L->pool, (long long)need, (long long)ncodes);
+	k = 0;
+	for (size_t i = 0; i < n; i++) {
+		redisReply *e;
+
+		if (it[i]->state != ST_NEW)
+			continue;
+		while (k < ncodes && (rep[1]->element[k]->type != REDIS_REPLY_STRING ||
+		    rep[1]->element[k]->len >= sizeof(it[i]->code)))
+			k++;
+		if (k == ncodes) {
+			fresh_code(L, it[i]);
+			continue;
+		}
+		e = rep[1]->element[k++];
+		memcpy(it[i]->code, e->str, e->len);
+		it[i]->code[e->len] = '\0';
+		it[i]->state = ST_CODE;
+	}
+	if (k < ncodes && (unused = calloc(ncodes - k, sizeof(*unused))) != NULL)
+		for (; k < ncodes; k++)
+			if (rep[1]->element[k]->type == REDIS_REPLY_STRING)
+				unused[(*nunused)++] = strdup(rep[1]->element[k]->str);
+	goto out;
+fallback:
+	for (size_t i = 0; i < n; i++)
+		if (it[i]->state == ST_NEW)
+			it[i]->state = ST_FALLBACK;
+out:
+	if (rep[0] != NULL)
+		freeReplyObject(rep[0]);
+	if (rep[1] != NULL)
+		freeReplyObject(rep[1]);
+	if (mrep != NULL)
+		freeReplyObject(mrep);
+	free(a0);
+	free(l0);
+	free(a1);
+	free(l1);
+	free(dix);
+	return unused;
+}
+
+/* The statement: input rows from parallel arrays; PostgreSQL-side dedupe
+ * for items that allow it (LATERAL: one index probe per item, whatever the
+ * planner guesses of unnest's size); the claim of each pooled code (status 0 -> 1)
+ * and the insert in one go. Rows: created flag, input index, LINK_COLS. */
+static const char batch_sql[] =
+    "WITH i AS (SELECT * FROM unnest($2::int[], $3::text[], $4::text[], $5::bpchar[], "
+    "$6::smallint[], $7::timestamptz[], $8::timestamptz[], $9::bigint[], $10::text[], "
+    "$11::bool[], $12::bigint[], $13::bool[]) AS t(idx, code, long_url, md5, rt, vs, ea, mv, "
+    "tags, dedupe, creator, fresh)), "
+    "ex AS (SELECT i.idx, e.id FROM i CROSS JOIN LATERAL (SELECT l.id FROM url_link l "
+    "WHERE l.long_url_md5 = i.md5 AND l.long_url = i.long_url AND l.redirect_type = i.rt "
+    "AND l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL "
+    "AND l.max_visits IS NULL AND l.strategy <> 3 ORDER BY l.id LIMIT 1) e WHERE i.dedupe), "
+    "cl AS (UPDATE unique_code u SET status = 1, update_time = now() FROM i "
+    "WHERE u.code = i.code AND u.status = 0 AND NOT i.fresh "
+    "AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) RETURNING u.code), "
+    "cn AS (INSERT INTO unique_code (code, status, type) SELECT i.code, 1, 0 FROM i "
+    "WHERE i.fresh AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) "
+    "ON CONFLICT (code) DO NOTHING RETURNING code), "
+    "c AS (SELECT code FROM cl UNION ALL SELECT code FROM cn), "
+    "ins AS (INSERT INTO url_link (code, short_url, long_url, long_url_md5, strategy, "
+    "redirect_type, valid_since, expires_at, max_visits, tags, creator, updater) "
+    "SELECT i.code, $1 || '/' || i.code, i.long_url, i.md5, 0, i.rt, i.vs, i.ea, i.mv, "
+    "coalesce(i.tags::text[], '{}'), nullif(i.creator, 0), nullif(i.creator, 0) "
+    "FROM i JOIN c ON c.code = i.code ON CONFLICT (code) DO NOTHING RETURNING *) "
+    "SELECT 1, i.idx, " LINK_COLS " FROM ins l JOIN i ON i.code = l.code "
+    "UNION ALL SELECT 0, ex.idx, " LINK_COLS " FROM ex JOIN url_link l ON l.id = ex.id";
+
+enum { A_IDX, A_CODE, A_URL, A_MD5, A_RT, A_VS, A_EA, A_MV, A_TAGS, A_DEDUPE, A_CREATOR, A_FRESH,
+    A_N };
+
+/* Runs the statement for the ST_CODE items. Items with no row back (their
+ * code was taken after all) become ST_FALLBACK; a database failure fails
+ * them all. Deduped items' codes go to unused via *give_back. */
+static void
+sql_round(struct links *L, struct linkbatch_item **it, size_t n)
+{
+	struct sbuf arr[A_N];
+	const char *params[1 + A_N];
+	char errstr[512], num[32];
+	size_t m = 0;
+	PGconn *c;
+	PGresult *r = NULL;
+	struct links_err err;
+
+	memset(arr, 0, sizeof(arr));
+	for (int a = 0; a < A_N; a++)
+		sb_put(&arr[a], "{", 1);
+	for (size_t i = 0; i < n; i++) {
+		const struct fields *f = it[i]->f;
+
+		if (it[i]->state != ST_CODE)
+			continue;
+		m++;
+		snprintf(num, sizeof(num), "%zu", i);
+		sb_elem(&arr[A_IDX], num);
+		sb_elem(&arr[A_CODE], it[i]->code);
+		sb_elem(&arr[A_URL], f->url);
+		sb_elem(&arr[A_MD5], it[i]->md5);
+		sb_elem(&arr[A_RT], f->redirect_type);
+		sb_elem(&arr[A_VS], f->valid_since);
+		sb_elem(&arr[A_EA], f->expires_at);
+		sb_elem(&arr[A_MV], f->max_visits[0] ? f->max_visits : NULL);
+		sb_elem(&arr[A_TAGS], f->tags);
+		sb_elem(&arr[A_DEDUPE], it[i]->dedupe ? "t" : "f");
+		snprintf(num, sizeof(num), "%lld", it[i]->key_id);
+		sb_elem(&arr[A_CREATOR], num);
+		sb_elem(&arr[A_FRESH], it[i]->fresh ? "t" : "f");
+	}
+	if (m == 0)
+		goto out;
+	params[0] = L->base_url;
+	for (int a = 0; a < A_N; a++) {
+		sb_put(&arr[a], "}", 1);
+		if (arr[a].oom) {
+			links_fail(&err, 503, "internal", NULL, "out of memory");
+			goto fail_all;
+		}
+		params[1 + a] = arr[a].p;
+	}
+	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL) {
+		links_db_fail(&err, errstr);
+		goto fail_all;
+	}
+	r = pgpool_exec(c, batch_sql, 1 + A_N, params, NULL, errstr, sizeof(errstr));
+	pgpool_put(L->pg, c);
+	if (r == NULL) {
+		links_db_fail(&err, errstr);
+		goto fail_all;
+	}
+	for (int row = 0; row < PQntuples(r); row++) {
+		size_t idx = strtoull(PQgetvalue(r, row, 1), NULL, 10);
+
+		if (idx >= n || it[idx]->state != ST_CODE)
+			continue;
+		item_ok(it[idx], links_row_json_at(r, row, 2), PQgetvalue(r, row, 0)[0] == '1');
+		if (!it[idx]->created)
+			it[idx]->state = ST_DONE_PG;
+	}
+	PQclear(r);
+	for (size_t i = 0; i < n; i++)
+		if (it[i]->state == ST_CODE)
+			it[i]->state = ST_FALLBACK;
+	goto out;
+fail_all:
+	for (size_t i = 0; i < n; i++)
+		if (it[i]->state == ST_CODE)
+			item_fail(it[i], &err);
+out:
+	for (int a = 0; a < A_N; a++)
+		free(arr[a].p);
+}
+
+/* Caches new and deduped links (SET lp:link:<code>, HSET lp:md5code) and
+ * returns unused codes to the pool, in one pipeline. */
+static void
+redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unused,
+             size_t nunused)
+{
+	size_t ncache = 0, ncmd, c = 0, nback = nunused;
+	const char ***argv;
+	size_t **lens;
+	int *argc;
+	redisReply **rep;
+	char ttl[16], (*keys)[96];
+	char **json;
+
+	if (!kv_up(L->kv))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		if (it[i]->rc == 0 && it[i]->out != NULL && it[i]->state != ST_DUP)
+			ncache++;
+		if (it[i]->state == ST_DONE_PG && !it[i]->fresh)
+			nback++;
+	}
+	ncmd = ncache + (ncache > 0) + (nback > 0);
+	if (ncmd == 0)
+		return;
+	snprintf(ttl, sizeof(ttl), "%d", L->cache_ttl_s);
+	argv = calloc(ncmd, sizeof(*argv));
+	lens = calloc(ncmd, sizeof(*lens));
+	argc = calloc(ncmd, sizeof(*argc));
+	rep = calloc(ncmd, sizeof(*rep));
+	keys = calloc(ncache + 1, sizeof(*keys));
+	json = calloc(ncache + 1, sizeof(*json));
+	if (argv == NULL || lens == NULL || argc == NULL || rep == NULL || keys == NULL ||
+	    json == NULL)
+		goto out;
+	for (size_t i = 0, k = 0; i < n; i++) {
+		const char *code;
+
+		if (!(it[i]->rc == 0 && it[i]->out != NULL && it[i]->state != ST_DUP))
+			continue;
+		code = json_string_value(json_object_get(it[i]->out, "code"));
+		json[k] = json_dumps(it[i]->out, JSON_COMPACT);
+		if (code == NULL || json[k] == NULL)
+			goto out;
+		snprintf(keys[k], sizeof(keys[k]), "lp:link:%.64s", code);
+		argv[c] = calloc(5, sizeof(char *));
+		lens[c] = calloc(5, sizeof(size_t));
+		if (argv[c] == NULL || lens[c] == NULL)
+			goto out;
+		argv[c][0] = "SET";
+		argv[c][1] = keys[k];
+		argv[c][2] = json[k];
+		argv[c][3] = "EX";
+		argv[c][4] = ttl;
+		argc[c] = 5;
+		c++;
+		k++;
+	}
+	if (ncache > 0) {
+		argv[c] = calloc(2 + 2 * ncache, sizeof(char *));
+		lens[c] = calloc(2 + 2 * ncache, sizeof(size_t));
+		if (argv[c] == NULL || lens[c] == NULL)
+			goto out;
+		argv[c][0] = "HSET";
+		argv[c][1] = "lp:md5code";
+		argc[c] = 2;
+		for (size_t i = 0; i < n; i++) {
+			if (!(it[i]->rc == 0 && it[i]->out != NULL && it[i]->state != ST_DUP))
+				continue;
+			argv[c][argc[c]++] = json_string_value(json_object_get(it[i]->out, "long_url_md5"));
+			argv[c][argc[c]++] = json_string_value(json_object_get(it[i]->out, "code"));
+		}
+		c++;
+	}
+	if (nback > 0) {
+		argv[c] = calloc(2 + nback, sizeof(char *));
+		lens[c] = calloc(2 + nback, sizeof(size_t));
+		if (argv[c] == NULL || lens[c] == NULL)
+			goto out;
+		argv[c][0] = "SADD";
+		argv[c][1] = pool_key(L->pool);
+		argc[c] = 2;
+		for (size_t i = 0; i < nunused; i++)
+			if (unused[i] != NULL)
+				argv[c][argc[c]++] = unused[i];
+		for (size_t i = 0; i < n; i++)
+			if (it[i]->state == ST_DONE_PG && !it[i]->fresh)
+				argv[c][argc[c]++] = it[i]->code;
+		if (argc[c] == 2)
+			argc[c] = 0;
+		c++;
+	}
+	for (size_t k = 0; k < c; k++)
+		for (int j = 0; j < argc[k]; j++)
+			lens[k][j] = argv[k][j] ? strlen(argv[k][j]) : 0;
+	if (argc[c - 1] == 0)
+		c--;
+	if (c > 0 && kv_pipeline(L->kv, (int)c, argc, (const char *const *const *)argv,
+	    (const size_t *const *)lens, rep) == 0)
+		for (size_t k = 0; k < c; k++)
+			freeReplyObject(rep[k]);
+out:
+	for (size_t k = 0; argv != NULL && k < ncmd; k++) {
+		free(argv[k]);
+		free(lens[k]);
+	}
+	for (size_t k = 0; json != NULL && k < ncache; k++)
+		free(json[k]);
+	free(argv);
+	free(lens);
+	free(argc);
+	free(rep);
+	free(keys);
+	free(json);
+}
+
+void
+linkbatch_run(struct links *L, struct linkbatch_item **it, size_t n)
+{
+	char **unused;
+	size_t nunused = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		it[i]->state = ST_NEW;
+		it[i]->rc = -1;
+		it[i]->out = NULL;
+		it[i]->created = 0;
+		it[i]->dup_of = -1;
+		it[i]->fresh = 0;
+		it[i]->dedupe = item_dedupes(it[i]->f);
+		digest_md5_hex(it[i]->f->url, strlen(it[i]->f->url), it[i]->md5);
+	}
+	mark_duplicates(it, n);
+	unused = redis_round(L, it, n, &nunused);
+	sql_round(L, it, n);
+	redis_finish(L, it, n, unused, nunused);
+	for (size_t i = 0; i < nunused; i++)
+		free(unused[i]);
+	free(unused);
+	for (size_t i = 0; i < n; i++) {
+		if (it[i]->state == ST_FALLBACK)
+			it[i]->rc = links_create_fields(L, it[i]->f, it[i]->key_id, &it[i]->out,
+			    &it[i]->created, &it[i]->err);
+		else if (it[i]->rc == 0 && it[i]->created && L->bloom != NULL)
+			bloom_add(L->bloom, it[i]->code, strlen(it[i]->code));
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct linkbatch_item *o;
+
+		if (it[i]->state != ST_DUP)
+			continue;
+		o = it[it[i]->dup_of];
+		it[i]->rc = o->rc;
+		it[i]->err = o->err;
+		it[i]->created = 0;
+		it[i]->out = o->rc == 0 ? json_deep_copy(o->out) : NULL;
+		if (o->rc == 0 && it[i]->out == NULL)
+			item_fail(it[i], &(struct links_err){ 503, "internal", "", "out of memory" });
+	}
+}
+
+/* ------------------------------------------------ queue of singles */
+
+static void *
+worker(void *arg)
+{
+	struct linkbatch *b = arg;
+	struct linkbatch_item *one, **items = calloc((size_t)b->max_batch, sizeof(*items));
+	size_t cap = (size_t)b->max_batch;
+
+	if (items == NULL) { /* out of memory: one at a time */
+		items = &one;
+		cap = 1;
+	}
+	pthread_mutex_lock(&b->mu);
+	for (;;) {
+		size_t n = 0;
+
+		while (!b->stop && b->head == NULL)
+			pthread_cond_wait(&b->cv, &b->mu);
+		if (b->head == NULL)
+			break;
+		while (b->head != NULL && n < cap) {
+			items[n++] = b->head;
+			b->head = b->head->next;
+		}
+		if (b->head == NULL)
+			b->tail = NULL;
+		else
+			pthread_cond_signal(&b->cv); /* more queued: wake another worker */
+		pthread_mutex_unlock(&b->mu);
+		linkbatch_run(b->L, items, n);
+		for (size_t i = 0; i < n; i++)
+			sem_post(items[i]->done); /* wakes exactly that submitter */
+		pthread_mutex_lock(&b->mu);
+	}
+	pthread_mutex_unlock(&b->mu);
+	if (items != &one)
+		free(items);
+	return NULL;
+}
+
+struct linkbatch *
+linkbatch_new(struct links *L, int workers, int max_batch, char *errstr, size_t errstr_size)
+{
+	struct linkbatch *b = calloc(1, sizeof(*b));
+
+	if (b == NULL || (b->thr = calloc((size_t)workers, sizeof(*b->thr))) == NULL) {
+		free(b);
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	b->L = L;
+	b->max_batch = max_batch;
+	pthread_mutex_init(&b->mu, NULL);
+	pthread_cond_init(&b->cv, NULL);
+	for (; b->nthr < workers; b->nthr++)
+		if (pthread_create(&b->thr[b->nthr], NULL, worker, b) != 0) {
+			snprintf(errstr, errstr_size, "cannot start link batch worker");
+			linkbatch_free(b);
+			return NULL;
+		}
+	return b;
+}
+
+void
+linkbatch_free(struct linkbatch *b)
+{
+	if (b == NULL)
+		return;
+	pthread_mutex_lock(&b->mu);
+	b->stop = 1;
+	pthread_cond_broadcast(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+	for (int i = 0; i < b->nthr; i++)
+		pthread_join(b->thr[i], NULL);
+	pthread_mutex_destroy(&b->mu);
+	pthread_cond_destroy(&b->cv);
+	free(b->thr);
+	free(b);
+}
+
+int
+linkbatch_submit(struct linkbatch *b, struct fields *f, long long key_id, json_t **out,
+                 int *created, struct links_err *err)
+{
+	struct linkbatch_item it;
+	sem_t done;
+
+	memset(&it, 0, sizeof(it));
+	it.f = f;
+	it.key_id = key_id;
+	if (sem_init(&done, 0, 0) != 0)
+		return links_create_fields(b->L, f, key_id, out, created, err);
+	it.done = &done;
+	pthread_mutex_lock(&b->mu);
+	if (b->tail != NULL)
+		b->tail->next = &it;
+	else
+		b->head = &it;
+	b->tail = &it;
+	pthread_cond_signal(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+	while (sem_wait(&done) != 0)
+		; /* EINTR */
+	sem_destroy(&done);
+	*out = it.out;
+	*created = it.created;
+	if (it.rc < 0)
+		*err = it.err;
+	return it.rc;
+}
