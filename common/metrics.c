@@ -44,6 +44,12 @@ struct metrics_family {
 struct metrics {
 	pthread_mutex_t mtx;
 	struct metrics_family *head, *tail;
+	pthread_mutex_t collect_mtx; /* one scrape's hooks at a time */
+	int nhooks;
+	struct {
+		void (*fn)(void *);
+		void *arg;
+	} hooks[METRICS_MAX_HOOKS];
 };
 
 static uint64_t
@@ -79,8 +85,10 @@ metrics_new(void)
 {
 	struct metrics *m = calloc(1, sizeof(*m));
 
-	if (m != NULL)
+	if (m != NULL) {
 		pthread_mutex_init(&m->mtx, NULL);
+		pthread_mutex_init(&m->collect_mtx, NULL);
+	}
 	return m;
 }
 
@@ -122,6 +130,7 @@ metrics_free(struct metrics *m)
 		family_free(f);
 	}
 	pthread_mutex_destroy(&m->mtx);
+	pthread_mutex_destroy(&m->collect_mtx);
 	free(m);
 }
 
@@ -334,6 +343,28 @@ metrics_add(struct metrics_series *s, uint64_t n)
 }
 
 void
+metrics_counter_set(struct metrics_series *s, uint64_t total)
+{
+	atomic_store_explicit(&s->value, total, memory_order_relaxed);
+}
+
+int
+metrics_on_collect(struct metrics *m, void (*fn)(void *arg), void *arg)
+{
+	int rc = -1;
+
+	pthread_mutex_lock(&m->collect_mtx);
+	if (m->nhooks < METRICS_MAX_HOOKS) {
+		m->hooks[m->nhooks].fn = fn;
+		m->hooks[m->nhooks].arg = arg;
+		m->nhooks++;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&m->collect_mtx);
+	return rc;
+}
+
+void
 metrics_set(struct metrics_series *s, double v)
 {
 	atomic_store_explicit(&s->value, dbits(v), memory_order_relaxed);
@@ -513,7 +544,12 @@ metrics_render(struct metrics *m, size_t *len)
 
 	if (out == NULL)
 		return NULL;
+	/* Hooks run outside the registry lock: they may create series. */
+	pthread_mutex_lock(&m->collect_mtx);
+	for (int i = 0; i < m->nhooks; i++)
+		m->hooks[i].fn(m->hooks[i].arg);
 	pthread_mutex_lock(&m->mtx);
+	pthread_mutex_unlock(&m->collect_mtx);
 	for (const struct metrics_family *f = m->head; f != NULL; f = f->next) {
 		fprintf(out, "# HELP %s ", f->name);
 		put_escaped(out, f->help, 0);

@@ -60,6 +60,18 @@ void metrics_gauge_add(struct metrics_series *s, double delta);
  * a later metrics_set_fn(s, NULL, NULL). */
 void metrics_set_fn(struct metrics_series *s, double (*fn)(void *arg), void *arg);
 
+/* Counters whose total another module keeps: sets the counter to total (a
+ * value that only grows), e.g. from a collect hook (lock-free). */
+void metrics_counter_set(struct metrics_series *s, uint64_t total);
+
+/* Adds a hook run at the start of every metrics_render, before anything is
+ * read, one scrape at a time: it copies a module's own counters into series
+ * (metrics_counter_set, metrics_set) from one consistent snapshot. It may
+ * create series (metrics_series) but not families. arg is borrowed and must
+ * outlive the registry. At most METRICS_MAX_HOOKS hooks; -1 beyond. */
+#define METRICS_MAX_HOOKS 8
+int metrics_on_collect(struct metrics *m, void (*fn)(void *arg), void *arg);
+
 /* Histograms: counts v into the first bucket whose bound is >= v (lock-free). */
 void metrics_observe(struct metrics_series *s, double v);
 

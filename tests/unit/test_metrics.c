@@ -259,11 +259,56 @@ test_threads(void)
 	metrics_free(m);
 }
 
+struct collected {
+	struct metrics_family *parts;
+	struct metrics_series *total;
+	int calls;
+};
+
+/* A collect hook: mirrors a module's total and creates labelled series. */
+static void
+collect(void *arg)
+{
+	struct collected *c = arg;
+	char p[8];
+
+	c->calls++;
+	metrics_counter_set(c->total, 40 + (uint64_t)c->calls);
+	snprintf(p, sizeof(p), "%d", c->calls);
+	metrics_set(metrics_series(c->parts, p, NULL), c->calls * 1.5);
+}
+
+static void
+test_collect(void)
+{
+	struct metrics *m = metrics_new();
+	struct collected c = { 0 };
+	char err[256], *text;
+
+	c.total = metrics_series(metrics_counter(m, "mirror_total", "Mirrored.", NULL, err,
+	    sizeof(err)), NULL, NULL);
+	c.parts = metrics_gauge(m, "lag", "Per partition.", "partition", err, sizeof(err));
+	CHECK(c.total && c.parts, "registration: %s", err);
+	CHECK(metrics_on_collect(m, collect, &c) == 0, "hook accepted");
+	free(metrics_render(m, NULL));
+	text = metrics_render(m, NULL);
+	CHECK(c.calls == 2, "hook ran once per render, got %d", c.calls);
+	CHECK(text && strstr(text, "\nmirror_total 42\n"), "mirrored total: %s", text);
+	CHECK(text && strstr(text, "lag{partition=\"1\"} 1.5\nlag{partition=\"2\"} 3\n"),
+	    "series made by the hook: %s", text);
+	free(text);
+	for (int i = 1; i < METRICS_MAX_HOOKS; i++)
+		CHECK(metrics_on_collect(m, collect, &c) == 0, "hook %d accepted", i);
+	CHECK(metrics_on_collect(m, collect, &c) == -1, "one hook too many refused");
+	metrics_free(m);
+}
+
 int
 main(void)
 {
 	test_render();
 	test_errors();
 	test_threads();
+	test_collect();
 	return unit_done("test_metrics");
 }
