@@ -30,6 +30,7 @@ struct reports_conf {
 	char *format;
 	long long top_n;
 	long long batch_links;
+	long long json_indent;
 	char *log_level;
 	char *log_format;
 };
@@ -44,6 +45,8 @@ static const struct cfg_opt reports_tab[] = {
 	{ "top_n", CFG_INT, "10", 1, 1000, NULL, OFF(top_n), 0, "entries per breakdown (--top overrides)" },
 	{ "batch_links", CFG_INT, "500", 1, 100000, NULL, OFF(batch_links), 0,
 	  "links read per query round by --all and --tag" },
+	{ "json_indent", CFG_INT, "-1", -1, 8, NULL, OFF(json_indent), 0,
+	  "JSON indentation in spaces: 0 = compact, -1 = 2 on a terminal and compact otherwise" },
 	{ "log_level", CFG_ENUM, "warn", 0, 0, "debug|info|warn|error", OFF(log_level), 0, "log level" },
 	{ "log_format", CFG_ENUM, "logfmt", 0, 0, "logfmt|json", OFF(log_format), 0, "log line format" },
 	CFG_END
@@ -252,6 +255,8 @@ writable_dir(const char *dir, char *err, size_t errsz)
 	return 0;
 }
 
+static int json_indent;  /* from the json_indent setting */
+
 static int
 render(const json_t *rep, const char *format, FILE *f, char *err, size_t errsz)
 {
@@ -259,7 +264,8 @@ render(const json_t *rep, const char *format, FILE *f, char *err, size_t errsz)
 		return render_csv(rep, f, err, errsz);
 	if (strcmp(format, "html") == 0)
 		return render_html(rep, f, err, errsz);
-	return render_json(rep, f, err, errsz);
+	return render_json(rep, f, json_indent < 0 ? (isatty(fileno(f)) ? 2 : 0) : json_indent,
+	    err, errsz);
 }
 
 /* Writes doc to dir/name atomically (temporary file, then rename). */
@@ -459,6 +465,7 @@ main(int argc, char **argv)
 		free(a.cfg_argv);
 		return EXIT_USAGE;
 	}
+	json_indent = (int)conf.json_indent;
 	rc = run(&a, &conf);
 	cfg_free(&reports_prog, &conf);
 	free(a.cfg_argv);

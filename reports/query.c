@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define OID_BOOL 16
 #define OID_INT8 20
@@ -25,6 +26,7 @@
 
 struct query {
 	PGconn *conn;
+	PGconn *conn2;           /* runs the top-N query while conn runs the series */
 	int hll;                 /* link_hour.visitors exists */
 	char from[11], to[11];
 	char *tz, *base_url;
@@ -42,14 +44,17 @@ struct query {
 	" FROM generate_series($2::date::timestamp, ($3::date + 1)::timestamp, interval '1 day') AS d(d)," \
 	" LATERAL (SELECT d.d AT TIME ZONE $4 AS m) AS x WHERE x.m <> date_trunc('hour', x.m, 'UTC'))"
 #define GRP(t) "CASE WHEN $5 THEN 0 ELSE " t ".url_link_id END"
-#define SPLIT_JOIN " FROM p CROSS JOIN split sp JOIN visit_record v" \
-	" ON v.visit_time >= greatest(sp.h, p.s) AND v.visit_time < least(sp.h + interval '1 hour', p.e)" \
-	" WHERE v.url_link_id = ANY($1)"
+/* Visits of the split hours: LATERAL ... OFFSET 0 keeps the planner from
+ * turning this into a scan of every visit of the links. */
+#define SPLIT_FROM " FROM p CROSS JOIN split sp CROSS JOIN LATERAL (SELECT vr.* FROM visit_record vr" \
+	" WHERE vr.url_link_id = ANY($1) AND vr.visit_time >= greatest(sp.h, p.s)" \
+	" AND vr.visit_time < least(sp.h + interval '1 hour', p.e) OFFSET 0) AS v"
 #define IDX_EXPR "CASE agg.gs WHEN 1 THEN agg.day - $2::date" \
 	" WHEN 2 THEN (extract(epoch FROM agg.h - date_trunc('hour', p.s, 'UTC')) / 3600)::bigint ELSE 0 END"
 
-/* %s: sketch column of link_hour, sketch of split rows, grouping-set id
- * (1 day, 2 hour, 3 total), uniques aggregate, hourly grouping set. */
+/* %s: sketch column of link_hour, sketch of split rows, day sketch union,
+ * day uniques, total uniques, the hourly part. Totals come from the day
+ * rows (day sketches unioned again), not from every hour a second time. */
 static const char SERIES_SQL[] =
     "WITH " CTE_P ", " CTE_SPLIT ", pieces AS ("
     " SELECT " GRP("lh") " AS g, lh.hour AS h, (lh.hour AT TIME ZONE $4)::date AS day,"
@@ -61,12 +66,20 @@ static const char SERIES_SQL[] =
     " SELECT " GRP("v") ", sp.h, (v.visit_time AT TIME ZONE $4)::date,"
     "  count(*) FILTER (WHERE NOT v.is_bot), count(*) FILTER (WHERE v.is_bot),"
     "  min(v.visit_time), max(v.visit_time), CASE WHEN bool_or(NOT v.is_bot) THEN sp.h END%s"
-    SPLIT_JOIN " GROUP BY 1, 2, 3),"
-    " agg AS (SELECT g, %s, sum(v)::bigint AS v, sum(b)::bigint AS b,"
-    "  min(f) AS f, max(l) AS l, min(hh) AS fh, max(hh) AS lh, %s AS u"
-    "  FROM pieces GROUP BY GROUPING SETS ((g, day), %s(g)))"
-    " SELECT agg.g, agg.gs, " IDX_EXPR ", agg.v, agg.b, agg.u,"
-    "  to_char(agg.f, " FMT_US "), to_char(agg.l, " FMT_US "), agg.fh, agg.lh FROM agg, p";
+    SPLIT_FROM " GROUP BY 1, 2, 3),"
+    " d AS (SELECT g, day, sum(v)::bigint AS v, sum(b)::bigint AS b, min(f) AS f, max(l) AS l,"
+    "  min(hh) AS fh, max(hh) AS lh, %s AS sk FROM pieces GROUP BY g, day)"
+    " SELECT g, 1 AS gs, (day - $2::date)::bigint AS idx, v, b, %s AS u, NULL::text AS f,"
+    "  NULL::text AS l, NULL::timestamptz AS fh, NULL::timestamptz AS lh FROM d"
+    " UNION ALL SELECT g, 3, 0, sum(v)::bigint, sum(b)::bigint, %s, to_char(min(f), " FMT_US "),"
+    "  to_char(max(l), " FMT_US "), min(fh), max(lh) FROM d GROUP BY g"
+    "%s";
+
+/* The hourly part of SERIES_SQL (ranges of 7 days or less); %s: uniques. */
+static const char SERIES_HOURLY_SQL[] =
+    " UNION ALL SELECT pieces.g, 2, (extract(epoch FROM pieces.h - date_trunc('hour', p.s, 'UTC'))"
+    "  / 3600)::bigint, sum(pieces.v)::bigint, sum(pieces.b)::bigint, %s, NULL, NULL, NULL, NULL"
+    " FROM pieces, p GROUP BY pieces.g, pieces.h, p.s";
 
 /* Exact unique visitors without hll. %s: grouping-set id, hourly set. */
 static const char UNIQUES_SQL[] =
@@ -76,7 +89,7 @@ static const char UNIQUES_SQL[] =
     "  AND lv.hour NOT IN (SELECT h FROM split)"
     " UNION ALL"
     " SELECT " GRP("v") ", sp.h, (v.visit_time AT TIME ZONE $4)::date, v.client_id"
-    SPLIT_JOIN " AND NOT v.is_bot),"
+    SPLIT_FROM " WHERE NOT v.is_bot),"
     " agg AS (SELECT g, %s, count(DISTINCT c) AS u"
     "  FROM ids GROUP BY GROUPING SETS ((g, day), %s(g)))"
     " SELECT agg.g, agg.gs, " IDX_EXPR ", agg.u FROM agg, p";
@@ -101,24 +114,28 @@ static const char TOP_SQL[] =
     "  (e AT TIME ZONE 'UTC')::date AS d1 FROM p),"
     " bt AS (SELECT s, e, d0, d1, d0::timestamp AT TIME ZONE 'UTC' AS t0,"
     "  d1::timestamp AT TIME ZONE 'UTC' AS t1 FROM b),"
+    " edge AS (SELECT lo, hi FROM (SELECT s AS lo, least(e, t0) AS hi FROM bt"
+    "  UNION ALL SELECT greatest(s, t1, t0), e FROM bt) AS x WHERE lo < hi),"
     " r AS ("
     " SELECT " GRP("dd") " AS g, dd.dimension, dd.value, dd.is_bot, dd.visits"
     " FROM link_day_dim dd, bt WHERE dd.url_link_id = ANY($1) AND dd.day >= bt.d0 AND dd.day < bt.d1"
     "  AND NOT ($6 AND dd.is_bot)"
     " UNION ALL"
     " SELECT " GRP("v") ", x.dimension, x.value, v.is_bot, 1"
-    " FROM bt JOIN visit_record v ON v.url_link_id = ANY($1)"
-    "  AND ((v.visit_time >= bt.s AND v.visit_time < least(bt.e, bt.t0))"
-    "   OR (v.visit_time >= greatest(bt.s, bt.t1, bt.t0) AND v.visit_time < bt.e))"
+    " FROM edge CROSS JOIN LATERAL (SELECT vr.* FROM visit_record vr WHERE vr.url_link_id = ANY($1)"
+    "  AND vr.visit_time >= edge.lo AND vr.visit_time < edge.hi OFFSET 0) AS v"
     " CROSS JOIN LATERAL report_visit_dims(v.country_code::text, v.province, v.city, v.isp,"
     "  v.browser_type, v.browser_version, v.os_type, v.device_type, v.referer_host, v.language) AS x"
     " WHERE NOT ($6 AND v.is_bot)),"
-    " sums AS (SELECT g, dimension, value,"
-    "  coalesce(sum(visits) FILTER (WHERE NOT is_bot), 0)::bigint AS v,"
-    "  coalesce(sum(visits) FILTER (WHERE is_bot), 0)::bigint AS b FROM r GROUP BY g, dimension, value),"
+    " sums AS (SELECT g, dimension, value,"   /* float8 sums: exact below 2^53, far faster than numeric */
+    "  sum(CASE WHEN is_bot THEN 0 ELSE visits END::float8)::bigint AS v,"
+    "  sum(CASE WHEN is_bot THEN visits ELSE 0 END::float8)::bigint AS b FROM r GROUP BY g, dimension, value),"
     " k AS (SELECT *, row_number() OVER (PARTITION BY g, dimension ORDER BY v DESC, b DESC, value) AS rn"
     "  FROM sums WHERE v > 0)"
     " SELECT g, dimension, value, v, b FROM k WHERE rn <= $7 ORDER BY g, dimension, rn";
+
+static const char SESSION_SQL[] =
+    "SELECT set_config('TimeZone', $1, false), set_config('jit', 'off', false)";
 
 static const char LINKS_SQL[] =
     "SELECT l.id, l.code, CASE WHEN $2 <> '' THEN rtrim($2, '/') || '/' || l.code ELSE l.short_url END,"
@@ -127,22 +144,57 @@ static const char LINKS_SQL[] =
     " FROM url_link l LEFT JOIN link_total t ON t.url_link_id = l.id WHERE l.id = ANY($1::bigint[]) ORDER BY l.code";
 
 static PGresult *
-exec(struct query *q, const char *sql, int n, const Oid *types, const char *const *vals,
-     char *errstr, size_t errstr_size)
+checked(PGconn *c, PGresult *r, char *errstr, size_t errstr_size)
 {
-	PGresult *r = PQexecParams(q->conn, sql, n, types, vals, NULL, NULL, 0);
 	ExecStatusType st = PQresultStatus(r);
 	size_t len;
 
 	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 		return r;
-	errstr_set(errstr, errstr_size, "PostgreSQL: %s",
-	    r ? PQresultErrorMessage(r) : PQerrorMessage(q->conn));
+	errstr_set(errstr, errstr_size, "PostgreSQL: %s", r ? PQresultErrorMessage(r) : PQerrorMessage(c));
 	len = errstr ? strlen(errstr) : 0;
 	while (len > 0 && (errstr[len - 1] == '\n' || errstr[len - 1] == ' '))
 		errstr[--len] = '\0';
 	PQclear(r);
 	return NULL;
+}
+
+/* Sends a query on c without waiting; take the result with wait_on. */
+static int
+send_on(PGconn *c, const char *sql, int n, const Oid *types, const char *const *vals,
+        char *errstr, size_t errstr_size)
+{
+	if (PQsendQueryParams(c, sql, n, types, vals, NULL, NULL, 0) == 1)
+		return 0;
+	errstr_set(errstr, errstr_size, "PostgreSQL: %s", PQerrorMessage(c));
+	return -1;
+}
+
+static PGresult *
+wait_on(PGconn *c, char *errstr, size_t errstr_size)
+{
+	PGresult *r = PQgetResult(c), *extra;
+
+	while ((extra = PQgetResult(c)) != NULL)
+		PQclear(extra);
+	return checked(c, r, errstr, errstr_size);
+}
+
+static PGresult *
+exec(struct query *q, const char *sql, int n, const Oid *types, const char *const *vals,
+     char *errstr, size_t errstr_size)
+{
+	struct timespec t0, t1;
+	PGresult *r;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = PQexecParams(q->conn, sql, n, types, vals, NULL, NULL, 0);
+	if (log_enabled(LOG_LVL_DEBUG)) {
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		log_debug("%.1f ms, %d rows: %.60s", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+		    (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, PQntuples(r), sql);
+	}
+	return checked(q->conn, r, errstr, errstr_size);
 }
 
 /* "{1,2,3}"; caller frees. */
@@ -202,12 +254,24 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 		query_close(q);
 		return NULL;
 	}
-	/* The zone: PostgreSQL's own tz database decides what exists. */
+	/* The zone: PostgreSQL's own tz database decides what exists. Report
+	 * queries are short: LLVM JIT compilation (PostgreSQL's jit setting)
+	 * would cost more than the queries themselves. */
 	vals[0] = tz;
-	if ((r = exec(q, "SELECT set_config('TimeZone', $1, false)", 1, NULL, vals, NULL, 0)) == NULL) {
+	if ((r = exec(q, SESSION_SQL, 1, NULL, vals, NULL, 0)) == NULL) {
 		errstr_set(errstr, errstr_size, "unknown time zone \"%s\" (use an IANA name such as "
 		    "Europe/Paris or Asia/Shanghai)", tz);
 		*bad_input = 1;
+		query_close(q);
+		return NULL;
+	}
+	PQclear(r);
+	q->conn2 = PQconnectdb(dsn);
+	if (PQstatus(q->conn2) != CONNECTION_OK ||
+	    (r = checked(q->conn2, PQexecParams(q->conn2, SESSION_SQL, 1, NULL, vals, NULL, NULL, 0),
+	    errstr, errstr_size)) == NULL) {
+		if (PQstatus(q->conn2) != CONNECTION_OK)
+			errstr_set(errstr, errstr_size, "PostgreSQL: %s", PQerrorMessage(q->conn2));
 		query_close(q);
 		return NULL;
 	}
@@ -269,6 +333,8 @@ query_close(struct query *q)
 		return;
 	if (q->conn != NULL)
 		PQfinish(q->conn);
+	if (q->conn2 != NULL)
+		PQfinish(q->conn2);
 	json_decref(q->days);
 	json_decref(q->hours);
 	free(q->tz);
@@ -460,12 +526,13 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	static const Oid types[] = { OID_INT8ARR, OID_DATE, OID_DATE, OID_TEXT, OID_BOOL, OID_BOOL,
 	    OID_INT8 };
 	const char *vals[7];
-	char *arr = id_array(ids, n), sql[sizeof(SERIES_SQL) + 512];
+	char *arr = id_array(ids, n), sql[sizeof(SERIES_SQL) + sizeof(SERIES_HOURLY_SQL) + 1024];
+	char hsql[sizeof(SERIES_HOURLY_SQL) + 128] = "";
 	const char *hourly = q->hours ? "(g, h), " : "";
 	const char *gs = q->hours ? "grouping(day, h) AS gs, day, h" :
 	    "CASE grouping(day) WHEN 0 THEN 1 ELSE 3 END AS gs, day, NULL::timestamptz AS h";
 	PGresult *r;
-	int rc = -1;
+	int rc = -1, top_sent = 0;
 
 	errstr_set(errstr, errstr_size, "%s", "");
 	if (arr == NULL) {
@@ -479,12 +546,20 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	vals[4] = t->combined ? "t" : "f";
 	vals[5] = q->exclude_bots ? "t" : "f";
 	vals[6] = q->top_n_s;
+	if (q->hours)
+		snprintf(hsql, sizeof(hsql), SERIES_HOURLY_SQL, q->hll ?
+		    "coalesce(round(hll_cardinality(hll_union_agg(pieces.sk))), 0)::bigint" : "0::bigint");
 	if (q->hll)
 		snprintf(sql, sizeof(sql), SERIES_SQL, ", lh.visitors AS sk",
 		    ", coalesce(hll_add_agg(hll_hash_text(v.client_id::text)) FILTER (WHERE NOT v.is_bot),"
-		    " hll_empty())", gs, "coalesce(round(hll_cardinality(hll_union_agg(sk))), 0)::bigint", hourly);
+		    " hll_empty())", "hll_union_agg(sk)", "coalesce(round(hll_cardinality(sk)), 0)::bigint",
+		    "coalesce(round(hll_cardinality(hll_union_agg(sk))), 0)::bigint", hsql);
 	else
-		snprintf(sql, sizeof(sql), SERIES_SQL, "", "", gs, "0::bigint", hourly);
+		snprintf(sql, sizeof(sql), SERIES_SQL, "", "", "NULL::int", "0::bigint", "0::bigint", hsql);
+	/* The top-N query runs on the second connection meanwhile. */
+	if (send_on(q->conn2, TOP_SQL, 7, types, vals, errstr, errstr_size) < 0)
+		goto out;
+	top_sent = 1;
 	if ((r = exec(q, sql, 7, types, vals, errstr, errstr_size)) == NULL)
 		goto out;
 	for (int i = 0; i < PQntuples(r); i++) {
@@ -517,7 +592,8 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 		}
 		PQclear(r);
 	}
-	if ((r = exec(q, TOP_SQL, 7, types, vals, errstr, errstr_size)) == NULL)
+	top_sent = 0;
+	if ((r = wait_on(q->conn2, errstr, errstr_size)) == NULL)
 		goto out;
 	for (int i = 0; i < PQntuples(r); i++) {
 		json_t *rep = target_of(t, PQgetvalue(r, i, 0));
@@ -529,6 +605,8 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	PQclear(r);
 	rc = 0;
 out:
+	if (top_sent)  /* an earlier step failed: drain the second connection */
+		PQclear(wait_on(q->conn2, NULL, 0));
 	free(arr);
 	return rc;
 }

@@ -1,4 +1,4 @@
-/* render_json.h - writes a report (or index) as UTF-8 JSON, two-space indent. */
+/* render_json.h - writes a report (or index) as UTF-8 JSON. */
 #ifndef LP_REPORTS_RENDER_JSON_H
 #define LP_REPORTS_RENDER_JSON_H
 
@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* Writes doc (borrowed) and a final newline to f. 0, or -1 with errstr. */
-int render_json(const json_t *doc, FILE *f, char *errstr, size_t errstr_size);
+/* Writes doc (borrowed) and a final newline to f, indented by indent
+ * spaces (0 = compact, one line). 0, or -1 with errstr. */
+int render_json(const json_t *doc, FILE *f, int indent, char *errstr, size_t errstr_size);
 
 #endif
