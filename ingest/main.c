@@ -7,9 +7,12 @@
 #include "enrich.h"
 #include "loader.h"
 #include "log.h"
+#include "metrics.h"
+#include "metricsd.h"
 #include "stats.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +27,7 @@ struct ingest_conf {
 	char *geoip_isp_db;
 	char *geoip_locale;
 	char *uap_regexes;
+	char *metrics_addr;
 	long long metrics_port;
 	long long batch_max_events;
 	long long batch_max_ms;
@@ -46,6 +50,8 @@ static const struct cfg_opt ingest_tab[] = {
 	{ "geoip_locale", CFG_STR, "en", 0, 0, NULL, OFF(geoip_locale), 0, "locale of place names (en, zh-CN, de, ...)" },
 	{ "uap_regexes", CFG_STR, "/usr/share/uap-core/regexes.yaml", 0, 0, NULL, OFF(uap_regexes), 0,
 	  "uap-core regexes.yaml" },
+	{ "metrics_addr", CFG_STR, "127.0.0.1", 0, 0, NULL, OFF(metrics_addr), 0,
+	  "address of the /metrics and /healthz listener (numeric IPv4 or IPv6; 0.0.0.0 = all)" },
 	{ "metrics_port", CFG_INT, "9101", 1, 65535, NULL, OFF(metrics_port), 0, "port of /metrics and /healthz" },
 	{ "batch_max_events", CFG_INT, "5000", 1, 1000000, NULL, OFF(batch_max_events), 1, "close a batch at this many events" },
 	{ "batch_max_ms", CFG_INT, "500", 1, 600000, NULL, OFF(batch_max_ms), 1, "close a batch after this long" },
@@ -73,15 +79,62 @@ struct app {
 	int cur;
 	int inflight;            /* batches[!cur] is with the loader */
 	int failed;              /* a load failed: drop, reconnect, re-seek */
+	double submitted;        /* when batches[!cur] went to the loader (s) */
+	const char *config_path; /* for SIGHUP */
+	int argc;
+	char **argv;
+	struct metrics *metrics;
+	struct metricsd *metricsd;
 };
 
-static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t stop_flag, hup_flag;
+static atomic_int unhealthy; /* loads failing: /healthz answers 503 */
 
 static void
 on_signal(int sig)
 {
-	(void)sig;
-	stop_flag = 1;
+	if (sig == SIGHUP)
+		hup_flag = 1;
+	else
+		stop_flag = 1;
+}
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* GET /healthz on the metrics listener's thread. */
+static int
+health(void *arg, char *reason, size_t reason_size)
+{
+	(void)arg;
+	if (atomic_load(&unhealthy)) {
+		snprintf(reason, reason_size, "batches cannot be loaded into PostgreSQL "
+		    "(retrying from the stored offsets)");
+		return 0;
+	}
+	return 1;
+}
+
+/* SIGHUP: re-read the configuration; apply the reloadable settings (the
+ * batch limits are read by this thread's loop, the log settings here). */
+static void
+reload(struct app *a)
+{
+	char errstr[512];
+
+	hup_flag = 0;
+	log_info("SIGHUP: reloading the configuration");
+	if (cfg_reload(&ingest_prog, &a->conf, a->config_path, a->argc, a->argv, errstr,
+	    sizeof(errstr)) < 0)
+		return;
+	if (log_init(NULL, a->conf.log_level, a->conf.log_format, errstr, sizeof(errstr)) < 0)
+		log_error("config: %s", errstr);
 }
 
 static int64_t
@@ -111,6 +164,7 @@ static void
 load_failed(struct app *a, const struct batch *b, const char *err)
 {
 	stats_add_failure();
+	atomic_store(&unhealthy, 1);
 	log_error("batch of %zu messages rolled back, nothing stored: %s; retrying from the "
 	    "stored offsets", b->messages, err);
 	a->failed = 1;
@@ -126,9 +180,10 @@ finish_inflight(struct app *a)
 
 	if (!a->inflight)
 		return;
-	if (loader_wait(a->loader, &res, err, sizeof(err)) == 0)
+	if (loader_wait(a->loader, &res, err, sizeof(err)) == 0) {
+		stats_observe_batch(now_s() - a->submitted);
 		account(a, b, &res);
-	else
+	} else
 		load_failed(a, b, err);
 	a->inflight = 0;
 	batch_reset(b);
@@ -141,6 +196,7 @@ submit(struct app *a)
 	finish_inflight(a);
 	if (a->failed)
 		return;
+	a->submitted = now_s();
 	loader_submit(a->loader, &a->batches[a->cur]);
 	a->inflight = 1;
 	a->cur = !a->cur;
@@ -158,9 +214,12 @@ drain(void *ctx)
 
 	finish_inflight(a);
 	if (!a->failed && b->messages > 0) {
-		if (loader_load(a->loader, b, &res, err, sizeof(err)) == 0)
+		double t0 = now_s();
+
+		if (loader_load(a->loader, b, &res, err, sizeof(err)) == 0) {
+			stats_observe_batch(now_s() - t0);
 			account(a, b, &res);
-		else
+		} else
 			load_failed(a, b, err);
 	}
 	batch_reset(b);
@@ -199,6 +258,7 @@ recover(struct app *a)
 	if (stop_flag)
 		return;
 	a->failed = 0;
+	atomic_store(&unhealthy, 0);
 	if (consumer_reseek(a->cons) < 0)
 		return;
 	log_info("recovered: loading again from the stored offsets");
@@ -285,6 +345,7 @@ handle_message(struct app *a, rd_kafka_message_t *m)
 		return;
 	}
 	consumer_set_expected(a->cons, m->partition, m->offset + 1);
+	stats_add_consumed(1);
 }
 
 static void
@@ -314,6 +375,8 @@ run(struct app *a)
 		struct batch *b;
 		rd_kafka_message_t *m;
 
+		if (hup_flag)
+			reload(a);
 		if (a->failed) {
 			recover(a);
 			continue;
@@ -344,7 +407,9 @@ main(int argc, char **argv)
 	int rc = 0;
 
 	memset(&a, 0, sizeof(a));
-	if (cfg_from_args(&ingest_prog, &a.conf, argc, argv, &action, NULL, errstr,
+	a.argc = argc;
+	a.argv = argv;
+	if (cfg_from_args(&ingest_prog, &a.conf, argc, argv, &action, &a.config_path, errstr,
 	    sizeof(errstr)) < 0) {
 		fprintf(stderr, "ingest: %s\n", errstr);
 		return 2;
@@ -361,10 +426,21 @@ main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	batch_init(&a.batches[0]);
 	batch_init(&a.batches[1]);
 
+	if ((a.metrics = metrics_new()) == NULL ||
+	    stats_metrics(a.metrics, errstr, sizeof(errstr)) < 0 ||
+	    (a.metricsd = metricsd_start(a.conf.metrics_addr, (int)a.conf.metrics_port, a.metrics,
+	    health, &a, errstr, sizeof(errstr))) == NULL) {
+		log_fatalx("metrics: %s", a.metrics ? errstr : "out of memory");
+		rc = 1;
+		goto out;
+	}
+	log_info("metrics on http://%s:%d/metrics", a.conf.metrics_addr,
+	    metricsd_port(a.metricsd));
 	if ((a.enr = enrich_new(a.conf.geoip_city_db, a.conf.geoip_isp_db, a.conf.geoip_locale,
 	    a.conf.uap_regexes, (size_t)a.conf.ua_cache_entries, errstr, sizeof(errstr))) == NULL) {
 		log_fatalx("enrichment: %s", errstr);
@@ -399,6 +475,7 @@ main(int argc, char **argv)
 	drain(&a);
 out:
 	consumer_close(a.cons);
+	metricsd_stop(a.metricsd);
 	loader_free(a.loader);
 	enrich_free(a.enr);
 	batch_free(&a.batches[0]);
@@ -411,6 +488,7 @@ out:
 		    (unsigned long long)st.duplicates, (unsigned long long)st.rejects,
 		    (unsigned long long)st.batches);
 	}
+	metrics_free(a.metrics);
 	cfg_free(&ingest_prog, &a.conf);
 	return rc;
 }

@@ -3,18 +3,23 @@
 #include "api.h"
 #include "apikey.h"
 #include "bloom.h"
+#include "clientip.h"
 #include "config.h"
+#include "errstr.h"
 #include "events.h"
 #include "http.h"
 #include "kv.h"
 #include "links.h"
 #include "log.h"
+#include "metrics.h"
+#include "metricsd.h"
 #include "pgpool.h"
 #include "pool.h"
 #include "redirect.h"
 
 #include <curl/curl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +62,7 @@ struct redirector_conf {
 	long long shutdown_flush_ms;
 	long long spool_max_bytes;
 	long long spool_fsync_ms;
+	char *metrics_allow;
 	char *log_level;
 	char *log_format;
 };
@@ -127,7 +133,11 @@ static const struct cfg_opt redirector_tab[] = {
 	  "cap of the event spool; beyond it events are dropped (counted, logged at error)" },
 	{ "spool_fsync_ms", CFG_INT, "50", 1, 10000, NULL, OFF(spool_fsync_ms), 0,
 	  "the spool is written and fsynced in batches this often" },
-	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", OFF(log_level), 1, "log level" },
+	{ "metrics_allow", CFG_STR, "127.0.0.0/8,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16", 0, 0,
+	  NULL, OFF(metrics_allow), 0,
+	  "comma-separated CIDRs that may GET /metrics (others get 404; empty = nobody)" },
+	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", OFF(log_level), 1,
+	  "log level (debug adds one line per request)" },
 	{ "log_format", CFG_ENUM, "logfmt", 0, 0, "logfmt|json", OFF(log_format), 1, "log line format" },
 	CFG_END
 };
@@ -149,7 +159,71 @@ struct app {
 	struct redirect *redir;
 	struct events *events;
 	struct api api;
+	const char *config_path; /* for SIGHUP (argv or environ) */
+	int argc;                /* the arguments cfg_from_args read */
+	char **argv;
+	struct metrics *metrics;
+	struct clientip *metrics_allow;
+	struct metrics_family *requests;  /* by status */
+	struct metrics_series *latency;
+	struct metrics_series *_Atomic by_status[600]; /* requests series cache */
+	struct metrics_series *ev[9], *cache[4], *pool_size;
 };
+
+/* GET /metrics for addresses in metrics_allow; 404 (like any unknown path
+ * without a link) for the rest. */
+static enum MHD_Result
+metrics_answer(struct app *app, struct http_req *req)
+{
+	char ip[CLIENTIP_MAX];
+	struct MHD_Response *resp;
+	enum MHD_Result r;
+
+	clientip_resolve(app->metrics_allow, req->peer, NULL, ip);
+	if (!clientip_trusted(app->metrics_allow, ip))
+		return http_error(req, 404, "not_found", NULL, "no such short link");
+	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0)
+		return http_error(req, 405, "method_not_allowed", NULL, "use GET");
+	if ((resp = metricsd_response(app->metrics)) == NULL)
+		return http_error(req, 500, "internal", NULL, "out of memory");
+	req->status = 200;
+	r = MHD_queue_response(req->conn, 200, resp);
+	MHD_destroy_response(resp);
+	return r;
+}
+
+static enum MHD_Result route(void *ctx, struct http_req *req);
+
+/* Every request the handler answers: counted by status, timed, and logged
+ * at debug level. */
+static enum MHD_Result
+handle(void *ctx, struct http_req *req)
+{
+	struct app *app = ctx;
+	enum MHD_Result r = route(ctx, req);
+	double dt = http_now() - req->start;
+	int st = req->status;
+
+	if (st >= 100 && st < 600) {
+		struct metrics_series *s = atomic_load_explicit(&app->by_status[st],
+		    memory_order_acquire);
+
+		if (s == NULL) {
+			char code[8];
+
+			snprintf(code, sizeof(code), "%d", st);
+			if ((s = metrics_series(app->requests, code, NULL)) != NULL)
+				atomic_store_explicit(&app->by_status[st], s, memory_order_release);
+		}
+		if (s != NULL)
+			metrics_inc(s);
+	}
+	metrics_observe(app->latency, dt);
+	if (log_enabled(LOG_LVL_DEBUG))
+		log_debug("request method=%s path=%s status=%d duration_ms=%.3f", req->method,
+		    req->path, st, dt * 1000);
+	return r;
+}
 
 static enum MHD_Result
 route(void *ctx, struct http_req *req)
@@ -169,6 +243,8 @@ route(void *ctx, struct http_req *req)
 	}
 	if (strcmp(p, "/healthz") == 0)
 		return http_json(req, 200, json_pack("{s:s}", "status", "ok"));
+	if (strcmp(p, "/metrics") == 0)
+		return metrics_answer(app, req);
 	if (strcmp(p, "/readyz") == 0)
 		return redirect_ready(app->redir, req);
 	return redirect_handle(app->redir, req);
@@ -247,6 +323,122 @@ load_bloom(struct app *app, char *errstr, size_t errstr_size)
 	return 0;
 }
 
+/* Scrape-time copy of the counters events, the link cache and the pool keep. */
+static void
+collect(void *arg)
+{
+	struct app *app = arg;
+	struct events_stats es;
+	struct lcache_stats cs;
+
+	memset(&es, 0, sizeof(es));
+	if (app->events != NULL)
+		events_stats(app->events, &es);
+	metrics_counter_set(app->ev[0], es.produced);
+	metrics_counter_set(app->ev[1], es.delivered);
+	metrics_counter_set(app->ev[2], es.failed);
+	metrics_counter_set(app->ev[3], es.spooled);
+	metrics_counter_set(app->ev[4], es.replayed);
+	metrics_counter_set(app->ev[5], es.spool_dropped);
+	metrics_set(app->ev[6], (double)es.queued);
+	metrics_set(app->ev[7], (double)es.spool_bytes);
+	metrics_set(app->ev[8], app->events != NULL && es.connected);
+	memset(&cs, 0, sizeof(cs));
+	if (app->redir != NULL)
+		redirect_cache_stats(app->redir, &cs);
+	metrics_counter_set(app->cache[0], cs.hits);
+	metrics_counter_set(app->cache[1], cs.misses);
+	metrics_counter_set(app->cache[2], cs.load_errors);
+	metrics_set(app->cache[3], (double)cs.entries);
+	metrics_set(app->pool_size, app->pool != NULL ? (double)pool_size(app->pool) : -1);
+}
+
+/* The registry behind GET /metrics; names are docs/operations.md's. */
+static int
+metrics_setup(struct app *app, char *errstr, size_t errstr_size)
+{
+	static const struct {
+		int type;
+		const char *name, *help;
+	} defs[] = {
+		{ METRICS_COUNTER, "linkpulse_redirector_events_produced_total",
+		  "Visit events handed to the Kafka producer (first attempt)." },
+		{ METRICS_COUNTER, "linkpulse_redirector_events_delivered_total",
+		  "Visit events acknowledged by Kafka (acks=all), replays included." },
+		{ METRICS_COUNTER, "linkpulse_redirector_events_failed_total",
+		  "Delivery failures and events the producer queue refused (they go to the spool)." },
+		{ METRICS_COUNTER, "linkpulse_redirector_events_spooled_total",
+		  "Visit events written to the on-disk spool." },
+		{ METRICS_COUNTER, "linkpulse_redirector_events_replayed_total",
+		  "Spooled visit events delivered later." },
+		{ METRICS_COUNTER, "linkpulse_redirector_events_spool_dropped_total",
+		  "Visit events lost because the spool was full (spool_max_bytes)." },
+		{ METRICS_GAUGE, "linkpulse_redirector_producer_queue_depth",
+		  "Events in librdkafka's queue now." },
+		{ METRICS_GAUGE, "linkpulse_redirector_spool_bytes", "Bytes in the event spool now." },
+		{ METRICS_GAUGE, "linkpulse_redirector_kafka_connected",
+		  "1 while the producer reaches a Kafka broker." },
+		{ METRICS_COUNTER, "linkpulse_redirector_cache_hits_total",
+		  "Redirect lookups answered by the in-process link cache." },
+		{ METRICS_COUNTER, "linkpulse_redirector_cache_misses_total",
+		  "Redirect lookups the in-process cache had to load (Redis, then PostgreSQL)." },
+		{ METRICS_COUNTER, "linkpulse_redirector_cache_load_errors_total",
+		  "Link loads that failed (Redis and PostgreSQL unreachable)." },
+		{ METRICS_GAUGE, "linkpulse_redirector_cache_entries",
+		  "Links (and unknown codes) in the in-process cache now." },
+		{ METRICS_GAUGE, "linkpulse_redirector_code_pool_size",
+		  "Codes left in the Redis pool at the last look (-1 unknown)." },
+	};
+	struct metrics_series *out[sizeof(defs) / sizeof(defs[0])];
+	struct metrics_family *f;
+
+	if ((app->metrics = metrics_new()) == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	if ((app->metrics_allow = clientip_new(app->conf.metrics_allow, errstr,
+	    errstr_size)) == NULL)
+		return -1;
+	if ((app->requests = metrics_counter(app->metrics, "linkpulse_redirector_requests_total",
+	    "HTTP responses by status code.", "status", errstr, errstr_size)) == NULL ||
+	    (f = metrics_histogram(app->metrics, "linkpulse_redirector_request_duration_seconds",
+	    "Time from request arrival to response queued.", NULL, metrics_latency_buckets,
+	    metrics_latency_nbuckets, errstr, errstr_size)) == NULL ||
+	    (app->latency = metrics_series(f, NULL, NULL)) == NULL)
+		return -1;
+	for (size_t i = 0; i < sizeof(defs) / sizeof(defs[0]); i++) {
+		f = defs[i].type == METRICS_COUNTER ?
+		    metrics_counter(app->metrics, defs[i].name, defs[i].help, NULL, errstr,
+		    errstr_size) :
+		    metrics_gauge(app->metrics, defs[i].name, defs[i].help, NULL, errstr,
+		    errstr_size);
+		if (f == NULL || (out[i] = metrics_series(f, NULL, NULL)) == NULL) {
+			if (f != NULL)
+				errstr_set(errstr, errstr_size, "out of memory");
+			return -1;
+		}
+	}
+	memcpy(app->ev, out, sizeof(app->ev));
+	memcpy(app->cache, out + 9, sizeof(app->cache));
+	app->pool_size = out[13];
+	return metrics_on_collect(app->metrics, collect, app);
+}
+
+/* SIGHUP: re-read the configuration; apply the reloadable settings. */
+static void
+reload(struct app *app)
+{
+	char errstr[512];
+
+	log_info("SIGHUP: reloading the configuration");
+	if (cfg_reload(&redirector_prog, &app->conf, app->config_path, app->argc, app->argv,
+	    errstr, sizeof(errstr)) < 0)
+		return;
+	if (log_init(NULL, app->conf.log_level, app->conf.log_format, errstr,
+	    sizeof(errstr)) < 0)
+		log_error("config: %s", errstr);
+}
+
 static void
 app_free(struct app *app)
 {
@@ -258,6 +450,8 @@ app_free(struct app *app)
 	kv_free(app->kv);
 	pgpool_free(app->pg);
 	apikey_cache_free();
+	clientip_free(app->metrics_allow);
+	metrics_free(app->metrics);
 	cfg_free(&redirector_prog, &app->conf);
 }
 
@@ -275,6 +469,10 @@ serve(struct app *app)
 	int sig;
 	long threads = cf->http_threads ? cf->http_threads : sysconf(_SC_NPROCESSORS_ONLN);
 
+	if (metrics_setup(app, errstr, sizeof(errstr)) < 0) {
+		log_fatalx("metrics: %s", errstr);
+		return 1;
+	}
 	lc.base_url = cf->base_url;
 	lc.default_length = (int)cf->code_length;
 	lc.default_strategy = strcmp(cf->code_strategy, "hash") == 0 ? LINKS_HASH :
@@ -344,7 +542,7 @@ serve(struct app *app)
 	hc.timeout_s = (int)cf->request_timeout_s;
 	hc.max_body = (size_t)cf->max_body_bytes;
 	hc.max_header = (size_t)cf->max_header_bytes;
-	if ((srv = http_start(&hc, route, app, errstr, sizeof(errstr))) == NULL) {
+	if ((srv = http_start(&hc, handle, app, errstr, sizeof(errstr))) == NULL) {
 		log_fatalx("%s", errstr);
 		return 1;
 	}
@@ -354,7 +552,7 @@ serve(struct app *app)
 		if (sigwait(&set, &sig) != 0)
 			continue;
 		if (sig == SIGHUP) {
-			log_info("SIGHUP: nothing to reload yet");
+			reload(app);
 			continue;
 		}
 		break;
@@ -388,7 +586,9 @@ main(int argc, char **argv)
 			break;
 		}
 	}
-	if (cfg_from_args(&redirector_prog, &app.conf, cmd_at, argv, &action, NULL,
+	app.argc = cmd_at;
+	app.argv = argv;
+	if (cfg_from_args(&redirector_prog, &app.conf, cmd_at, argv, &action, &app.config_path,
 	    errstr, sizeof(errstr)) < 0) {
 		fprintf(stderr, "redirector: %s\n", errstr);
 		return 2;
