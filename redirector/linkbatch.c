@@ -14,6 +14,13 @@
 #include <string.h>
 
 /* Item states inside linkbatch_run. */
+/* Where an item's code came from (decides how the statement takes it). */
+enum {
+	SRC_POOL,    /* popped from the Redis pool: claimed status 0 -> 1 */
+	SRC_FRESH,   /* generated here: inserted into unique_code as used */
+	SRC_CLAIMED  /* claimed from PostgreSQL already (Redis down) */
+};
+
 enum {
 	ST_NEW,      /* not yet handled */
 	ST_DONE,     /* finished (rc, out, err set) */
@@ -188,11 +195,53 @@ fresh_code(struct links *L, struct linkbatch_item *it)
 		if (codes_is_reserved(it->code) ||
 		    (L->bloom != NULL && bloom_maybe(L->bloom, it->code, strlen(it->code))))
 			continue;
-		it->fresh = 1;
+		it->src = SRC_FRESH;
 		it->state = ST_CODE;
 		return;
 	}
 	it->state = ST_FALLBACK;
+}
+
+/* Redis is down: claims codes for the items still needing one straight
+ * from PostgreSQL (FOR UPDATE SKIP LOCKED, so concurrent batches never get
+ * the same code); generates the rest when unique_code has none unused. */
+static void
+pg_claim(struct links *L, struct linkbatch_item **it, size_t n)
+{
+	char len[8], cnt[24], errstr[512];
+	const char *params[2] = { len, cnt };
+	size_t need = 0, k = 0;
+	PGconn *c;
+	PGresult *r = NULL;
+
+	for (size_t i = 0; i < n; i++)
+		need += it[i]->state == ST_NEW;
+	if (need == 0)
+		return;
+	snprintf(len, sizeof(len), "%d", pool_length(L->pool));
+	snprintf(cnt, sizeof(cnt), "%zu", need);
+	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) != NULL) {
+		r = pgpool_exec(c, "UPDATE unique_code SET status = 1, update_time = now() "
+		    "WHERE id IN (SELECT id FROM unique_code WHERE status = 0 AND type = 0 "
+		    "AND length(code) = $1::int ORDER BY id LIMIT $2::int FOR UPDATE SKIP LOCKED) "
+		    "RETURNING code", 2, params, NULL, errstr, sizeof(errstr));
+		pgpool_put(L->pg, c);
+	}
+	if (r == NULL)
+		log_warnx("links: claiming codes from PostgreSQL: %s", errstr);
+	for (size_t i = 0; i < n; i++) {
+		if (it[i]->state != ST_NEW)
+			continue;
+		if (r != NULL && k < (size_t)PQntuples(r) &&
+		    (size_t)PQgetlength(r, (int)k, 0) < sizeof(it[i]->code)) {
+			snprintf(it[i]->code, sizeof(it[i]->code), "%s", PQgetvalue(r, (int)k++, 0));
+			it[i]->src = SRC_CLAIMED;
+			it[i]->state = ST_CODE;
+		} else {
+			fresh_code(L, it[i]);
+		}
+	}
+	PQclear(r);
 }
 
 /* One pipeline: HMGET the MD5 map for dedupe items, SPOP codes for all the
@@ -332,9 +381,7 @@ redis_round(struct links *L, struct linkbatch_item **it, size_t n, size_t *nunus
 				unused[(*nunused)++] = strdup(rep[1]->element[k]->str);
 	goto out;
 fallback:
-	for (size_t i = 0; i < n; i++)
-		if (it[i]->state == ST_NEW)
-			it[i]->state = ST_FALLBACK;
+	pg_claim(L, it, n);
 out:
 	if (rep[0] != NULL)
 		freeReplyObject(rep[0]);
@@ -357,19 +404,22 @@ out:
 static const char batch_sql[] =
     "WITH i AS (SELECT * FROM unnest($2::int[], $3::text[], $4::text[], $5::bpchar[], "
     "$6::smallint[], $7::timestamptz[], $8::timestamptz[], $9::bigint[], $10::text[], "
-    "$11::bool[], $12::bigint[], $13::bool[]) AS t(idx, code, long_url, md5, rt, vs, ea, mv, "
-    "tags, dedupe, creator, fresh)), "
+    "$11::bool[], $12::bigint[], $13::smallint[]) AS t(idx, code, long_url, md5, rt, vs, ea, "
+    "mv, tags, dedupe, creator, src)), "
     "ex AS (SELECT i.idx, e.id FROM i CROSS JOIN LATERAL (SELECT l.id FROM url_link l "
     "WHERE l.long_url_md5 = i.md5 AND l.long_url = i.long_url AND l.redirect_type = i.rt "
     "AND l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL "
     "AND l.max_visits IS NULL AND l.strategy <> 3 ORDER BY l.id LIMIT 1) e WHERE i.dedupe), "
     "cl AS (UPDATE unique_code u SET status = 1, update_time = now() FROM i "
-    "WHERE u.code = i.code AND u.status = 0 AND NOT i.fresh "
+    "WHERE u.code = i.code AND u.status = 0 AND i.src = 0 "
     "AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) RETURNING u.code), "
     "cn AS (INSERT INTO unique_code (code, status, type) SELECT i.code, 1, 0 FROM i "
-    "WHERE i.fresh AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) "
+    "WHERE i.src = 1 AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) "
     "ON CONFLICT (code) DO NOTHING RETURNING code), "
-    "c AS (SELECT code FROM cl UNION ALL SELECT code FROM cn), "
+    "rb AS (UPDATE unique_code u SET status = 0, update_time = now() FROM i JOIN ex USING (idx) "
+    "WHERE i.src = 2 AND u.code = i.code), "
+    "c AS (SELECT code FROM cl UNION ALL SELECT code FROM cn UNION ALL SELECT i.code FROM i "
+    "WHERE i.src = 2 AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx)), "
     "ins AS (INSERT INTO url_link (code, short_url, long_url, long_url_md5, strategy, "
     "redirect_type, valid_since, expires_at, max_visits, tags, creator, updater) "
     "SELECT i.code, $1 || '/' || i.code, i.long_url, i.md5, 0, i.rt, i.vs, i.ea, i.mv, "
@@ -378,7 +428,7 @@ static const char batch_sql[] =
     "SELECT 1, i.idx, " LINK_COLS " FROM ins l JOIN i ON i.code = l.code "
     "UNION ALL SELECT 0, ex.idx, " LINK_COLS " FROM ex JOIN url_link l ON l.id = ex.id";
 
-enum { A_IDX, A_CODE, A_URL, A_MD5, A_RT, A_VS, A_EA, A_MV, A_TAGS, A_DEDUPE, A_CREATOR, A_FRESH,
+enum { A_IDX, A_CODE, A_URL, A_MD5, A_RT, A_VS, A_EA, A_MV, A_TAGS, A_DEDUPE, A_CREATOR, A_SRC,
     A_N };
 
 /* Runs the statement for the ST_CODE items. Items with no row back (their
@@ -417,7 +467,8 @@ sql_round(struct links *L, struct linkbatch_item **it, size_t n)
 		sb_elem(&arr[A_DEDUPE], it[i]->dedupe ? "t" : "f");
 		snprintf(num, sizeof(num), "%lld", it[i]->key_id);
 		sb_elem(&arr[A_CREATOR], num);
-		sb_elem(&arr[A_FRESH], it[i]->fresh ? "t" : "f");
+		snprintf(num, sizeof(num), "%d", it[i]->src);
+		sb_elem(&arr[A_SRC], num);
 	}
 	if (m == 0)
 		goto out;
@@ -482,7 +533,7 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 	for (size_t i = 0; i < n; i++) {
 		if (it[i]->rc == 0 && it[i]->out != NULL && it[i]->state != ST_DUP)
 			ncache++;
-		if (it[i]->state == ST_DONE_PG && !it[i]->fresh)
+		if (it[i]->state == ST_DONE_PG && it[i]->src == SRC_POOL)
 			nback++;
 	}
 	ncmd = ncache + (ncache > 0) + (nback > 0);
@@ -549,7 +600,7 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 			if (unused[i] != NULL)
 				argv[c][argc[c]++] = unused[i];
 		for (size_t i = 0; i < n; i++)
-			if (it[i]->state == ST_DONE_PG && !it[i]->fresh)
+			if (it[i]->state == ST_DONE_PG && it[i]->src == SRC_POOL)
 				argv[c][argc[c]++] = it[i]->code;
 		if (argc[c] == 2)
 			argc[c] = 0;
@@ -591,7 +642,7 @@ linkbatch_run(struct links *L, struct linkbatch_item **it, size_t n)
 		it[i]->out = NULL;
 		it[i]->created = 0;
 		it[i]->dup_of = -1;
-		it[i]->fresh = 0;
+		it[i]->src = SRC_POOL;
 		it[i]->dedupe = item_dedupes(it[i]->f);
 		digest_md5_hex(it[i]->f->url, strlen(it[i]->f->url), it[i]->md5);
 	}

@@ -23,7 +23,7 @@ struct linkbatch_item {
 	char md5[33];
 	char code[16];
 	int dedupe, dup_of, state;
-	int fresh;                 /* code generated inline (pool short), not popped */
+	int src;                   /* where code came from (SRC_* in linkbatch.c) */
 	struct linkbatch_item *next;
 	sem_t *done;               /* posted when a queued item is finished */
 };

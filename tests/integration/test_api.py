@@ -369,6 +369,21 @@ def test_create_with_redis_stopped(api):
     assert len(set(codes)) == 20
     rr = api.req("GET", "/" + codes[0])
     assert rr.status_code == 302
+    # the codes were claimed from the pre-generated pool in PostgreSQL
+    pre = api.pg.psql("SELECT count(*) FROM unique_code WHERE code = ANY('{%s}') AND status = 1 "
+                      "AND create_time < update_time" % ",".join(codes))
+    assert pre == "20"
+    # bulk and concurrent singles too (set-based claim, FOR UPDATE SKIP LOCKED)
+    r = api.req("POST", "/api/v1/links/bulk",
+                {"links": [{"url": f"https://example.com/nrb{i}"} for i in range(200)]})
+    assert r.status_code == 200 and all(x["status"] == 201 for x in r.json()["results"])
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        st = list(ex.map(lambda i: api.create(url=f"https://example.com/nrc{i}").status_code,
+                         range(80)))
+    assert st == [201] * 80
+    assert api.pg.psql("SELECT count(*) = count(DISTINCT code) FROM url_link") == "t"
+    assert api.pg.psql("SELECT count(*) FROM url_link l LEFT JOIN unique_code u USING (code) "
+                       "WHERE u.status IS DISTINCT FROM 1") == "0"
 
 
 def test_health(api):
