@@ -328,6 +328,8 @@ def run_stack(bin_dir, var, port):
         broker = Broker(os.path.join(var, "kafka")).up()
         procs.append(broker)
         geo = os.path.join(var, "geoip/GeoLite2-City.mmdb")
+        if not os.path.exists(geo):  # a --var elsewhere: the one `make setup` installed
+            geo = os.path.join(ROOT, "var/geoip/GeoLite2-City.mmdb")
         try:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", port))

@@ -1,6 +1,8 @@
 """`make run`'s stack script (tests/lpstack.py run): brings everything up,
-writes run.env with a working key, answers, and stops cleanly on SIGINT;
-a second run keeps the data."""
+writes run.env with a working key, answers, carries a click end to end
+(redirect -> Kafka -> ingest -> PostgreSQL -> reports), and stops cleanly on
+SIGINT; a second run keeps the data."""
+import json
 import os
 import signal
 import subprocess
@@ -48,8 +50,29 @@ def test_make_run_stack(workdir):
                           headers={"Authorization": "Bearer " + env["API_KEY"]}, timeout=10)
         assert r.status_code == 201, r.text
         code = r.json()["code"]
-        rr = requests.get(env["BASE_URL"] + "/" + code, allow_redirects=False, timeout=5)
+        ua = ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 "
+              "(KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1")
+        rr = requests.get(env["BASE_URL"] + "/" + code, allow_redirects=False, timeout=5,
+                          headers={"User-Agent": ua, "Referer": "https://news.example.org/x"})
         assert rr.headers["Location"] == "https://example.com/"
+        # the click travels redirector -> Kafka -> ingest -> visit_record
+        pg = lpstack.Postgres(os.path.join(var, "pg"))
+        pg.dbname = "linkpulse"
+        dsn = env["PG_DSN"]
+        deadline, row = time.time() + 60, ""
+        while time.time() < deadline and not row:
+            row = subprocess.run(["psql", "-XAtq", "-d", dsn, "-c",
+                                  "SELECT http_status, browser_type, os_type, device_type, "
+                                  "referer_host FROM visit_record WHERE unique_code = '%s'" % code],
+                                 capture_output=True, text=True).stdout.strip()
+            time.sleep(0.5)
+        assert row == "302|Mobile Safari|iOS|mobile|news.example.org", row
+        rep = subprocess.run([os.path.join(lpstack.BIN, "reports"), "-o", f"pg_dsn={dsn}",
+                              "--link", code, "--format", "json", "--out", "-"],
+                             capture_output=True, text=True, timeout=60)
+        assert rep.returncode == 0, rep.stderr
+        totals = json.loads(rep.stdout)["totals"]
+        assert (totals["visits"], totals["bot_visits"]) == (1, 0), totals
     finally:
         out = stop(p)
     assert "curl -s -X POST" in out and env["API_KEY"] in out
@@ -60,5 +83,6 @@ def test_make_run_stack(workdir):
         g = requests.get(env2["BASE_URL"] + "/api/v1/links/" + code,
                          headers={"Authorization": "Bearer " + env2["API_KEY"]}, timeout=10)
         assert g.status_code == 200 and g.json()["long_url"] == "https://example.com/"
+        assert g.json()["hits"] == 1
     finally:
         stop(p)
