@@ -595,6 +595,7 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	top_sent = 0;
 	if ((r = wait_on(q->conn2, errstr, errstr_size)) == NULL)
 		goto out;
+	log_debug("top-N: %d rows", PQntuples(r));
 	for (int i = 0; i < PQntuples(r); i++) {
 		json_t *rep = target_of(t, PQgetvalue(r, i, 0));
 
