@@ -198,25 +198,42 @@ resolve(const struct clientip *c, const uint8_t peer[16], const char *xff,
 	return out;
 }
 
-char *
-clientip_resolve(const struct clientip *c, const struct sockaddr *peer, const char *xff,
-                 char out[CLIENTIP_MAX])
+/* The TCP peer in 128-bit form; 0 on success. */
+static int
+peer_addr(const struct sockaddr *peer, uint8_t a[16])
 {
-	uint8_t a[16];
-
-	if (peer == NULL) {
-		out[0] = '\0';
-		return out;
-	}
+	if (peer == NULL)
+		return -1;
 	if (peer->sa_family == AF_INET) {
 		const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)peer;
 
 		memset(a, 0, 10);
 		a[10] = a[11] = 0xff;
 		memcpy(a + 12, &s4->sin_addr, 4);
-	} else if (peer->sa_family == AF_INET6) {
+		return 0;
+	}
+	if (peer->sa_family == AF_INET6) {
 		memcpy(a, &((const struct sockaddr_in6 *)(const void *)peer)->sin6_addr, 16);
-	} else {
+		return 0;
+	}
+	return -1;
+}
+
+int
+clientip_peer_trusted(const struct clientip *c, const struct sockaddr *peer)
+{
+	uint8_t a[16];
+
+	return c->n > 0 && peer_addr(peer, a) == 0 && trusted(c, a);
+}
+
+char *
+clientip_resolve(const struct clientip *c, const struct sockaddr *peer, const char *xff,
+                 char out[CLIENTIP_MAX])
+{
+	uint8_t a[16];
+
+	if (peer_addr(peer, a) < 0) {
 		out[0] = '\0';
 		return out;
 	}

@@ -30,6 +30,10 @@ int clientip_trusted(const struct clientip *c, const char *addr);
 char *clientip_resolve(const struct clientip *c, const struct sockaddr *peer, const char *xff,
                        char out[CLIENTIP_MAX]);
 
+/* 1 when the TCP peer is trusted, i.e. when clientip_resolve would read
+ * X-Forwarded-For (callers skip collecting it otherwise). */
+int clientip_peer_trusted(const struct clientip *c, const struct sockaddr *peer);
+
 /* Same with the peer given as text (tests). */
 char *clientip_resolve_text(const struct clientip *c, const char *peer, const char *xff,
                             char out[CLIENTIP_MAX]);

@@ -31,7 +31,13 @@ struct events {
 
 	atomic_int connected;
 	atomic_int fatal;
-	_Atomic uint64_t events, produced, delivered, failed, spooled, replayed;
+	_Atomic uint64_t delivered, failed, spooled, replayed;
+
+	pthread_key_t tls;          /* struct local of the calling thread */
+	int tls_made;
+	pthread_mutex_t locals_mtx; /* locals list, retired_* */
+	struct local *locals;
+	uint64_t retired_events, retired_produced; /* of threads that exited */
 	_Atomic long long replay_outstanding;
 	_Atomic long long last_fail_log;
 };
@@ -77,7 +83,8 @@ dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 		atomic_fetch_add(&ev->delivered, 1);
 		if (replay)
 			atomic_fetch_add(&ev->replayed, 1);
-		atomic_store(&ev->connected, 1);
+		if (!atomic_load_explicit(&ev->connected, memory_order_relaxed))
+			atomic_store(&ev->connected, 1);
 	} else {
 		atomic_fetch_add(&ev->failed, 1);
 		to_spool(ev, m->key, m->key_len, m->payload, m->len);
@@ -164,97 +171,226 @@ make_producer(struct events *ev, const struct events_conf *conf, char *errstr,
 
 /* ------------------------------------------------------------ JSON */
 
-/* A JSON string of at most max bytes of s (NULL: null). Invalid UTF-8
- * bytes become '?' so that a visit is never lost to a bad header. */
-static json_t *
-str(const char *s, size_t max)
-{
-	size_t n;
-	json_t *j;
-	char *copy;
+/* The string fields of a visit, in the event's key order after "status". */
+enum { F_CODE, F_IP, F_UA, F_REFERER, F_LANG, F_HOST, F_QUERY, NFIELDS };
 
-	if (s == NULL)
-		return json_null();
-	n = strnlen(s, max);
-	if ((j = json_stringn(s, n)) != NULL)
-		return j;
-	/* Truncation may have split a character, or the header is not UTF-8. */
-	if ((copy = malloc(n + 1)) == NULL)
-		return json_null();
-	for (size_t i = 0; i < n; i++)
-		copy[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
-	copy[n] = '\0';
-	j = json_stringn(copy, n);
-	free(copy);
-	return j ? j : json_null();
+static const struct {
+	const char *key;
+	size_t max;          /* bytes kept (the schema's maxLength) */
+} fields[NFIELDS] = {
+	{ "code", 64 }, { "ip", 64 }, { "user_agent", 8192 }, { "referer", 8192 },
+	{ "accept_language", 1024 }, { "host", 1024 }, { "query", 8192 },
+};
+
+/* Per request thread: one event object reused for every visit (its value
+ * nodes are updated in place, so a visit allocates only the copies of its
+ * strings), the buffer it is dumped into, and the thread's counters. Found
+ * through ev->tls; linked in ev->locals so events_stats can add them up. */
+struct local {
+	json_t *obj;                  /* the event; holds a reference to each node */
+	json_t *id, *ts, *status, *link_id;
+	json_t *str[NFIELDS];
+	int present[NFIELDS];         /* str[i] (not null) is in obj */
+	int has_link;                 /* link_id (not null) is in obj */
+	char *buf;                    /* owned, cap bytes */
+	size_t cap;
+	_Atomic uint64_t events, produced;
+	struct events *ev;
+	struct local *prev, *next;
+};
+
+static void
+local_free(struct local *l)
+{
+	if (l == NULL)
+		return;
+	json_decref(l->obj);
+	json_decref(l->id);
+	json_decref(l->ts);
+	json_decref(l->status);
+	json_decref(l->link_id);
+	for (int i = 0; i < NFIELDS; i++)
+		json_decref(l->str[i]);
+	free(l->buf);
+	free(l);
 }
 
-/* Dumps the event into buf (or a malloc'd buffer when it does not fit,
- * stored in *heap for the caller to free). Returns the length, 0 on error. */
-static size_t
-event_json(const struct events_visit *v, uint64_t id, char *buf, size_t size, char **heap)
+/* Thread exit: keeps the thread's counts, unlinks and frees its state. */
+static void
+local_exit(void *arg)
 {
-	json_t *o = json_object();
+	struct local *l = arg;
+	struct events *ev = l->ev;
+
+	pthread_mutex_lock(&ev->locals_mtx);
+	ev->retired_events += atomic_load(&l->events);
+	ev->retired_produced += atomic_load(&l->produced);
+	if (l->prev)
+		l->prev->next = l->next;
+	else
+		ev->locals = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	pthread_mutex_unlock(&ev->locals_mtx);
+	local_free(l);
+}
+
+/* This thread's state, made on its first visit; NULL when out of memory. */
+static struct local *
+local_get(struct events *ev)
+{
+	struct local *l = pthread_getspecific(ev->tls);
+	json_t *o;
+	int bad = 0;
+
+	if (l != NULL)
+		return l;
+	if ((l = calloc(1, sizeof(*l))) == NULL)
+		return NULL;
+	l->ev = ev;
+	l->cap = 4096;
+	l->obj = o = json_object();
+	l->id = json_integer(0);
+	l->ts = json_integer(0);
+	l->status = json_integer(0);
+	l->link_id = json_integer(0);
+	for (int i = 0; i < NFIELDS; i++)
+		bad |= (l->str[i] = json_string("")) == NULL;
+	if (bad || o == NULL || l->id == NULL || l->ts == NULL || l->status == NULL ||
+	    l->link_id == NULL || (l->buf = malloc(l->cap)) == NULL ||
+	    json_object_set_new(o, "v", json_integer(1)) < 0 ||
+	    json_object_set(o, "id", l->id) < 0 || json_object_set(o, "ts", l->ts) < 0 ||
+	    json_object_set_new(o, "code", json_null()) < 0 ||
+	    json_object_set_new(o, "link_id", json_null()) < 0 ||
+	    json_object_set(o, "status", l->status) < 0) {
+		local_free(l);
+		return NULL;
+	}
+	for (int i = F_IP; i < NFIELDS; i++)
+		if (json_object_set_new(o, fields[i].key, json_null()) < 0) {
+			local_free(l);
+			return NULL;
+		}
+	if (pthread_setspecific(ev->tls, l) != 0) {
+		local_free(l);
+		return NULL;
+	}
+	pthread_mutex_lock(&ev->locals_mtx);
+	l->next = ev->locals;
+	if (ev->locals)
+		ev->locals->prev = l;
+	ev->locals = l;
+	pthread_mutex_unlock(&ev->locals_mtx);
+	return l;
+}
+
+/* Sets string field i to at most fields[i].max bytes of s (NULL: null).
+ * Invalid UTF-8 (a bad header, or a character split by the truncation)
+ * becomes '?' per non-ASCII byte so that a visit is never lost to it. */
+static int
+set_str(struct local *l, int i, const char *s)
+{
 	size_t n;
 
-	*heap = NULL;
-	json_object_set_new(o, "v", json_integer(1));
-	json_object_set_new(o, "id", json_integer((json_int_t)id));
-	json_object_set_new(o, "ts", json_integer((json_int_t)v->ts_us));
-	json_object_set_new(o, "code", str(v->code, 64));
-	json_object_set_new(o, "link_id", v->link_id > 0 ? json_integer(v->link_id) : json_null());
-	json_object_set_new(o, "status", json_integer(v->status));
-	json_object_set_new(o, "ip", str(v->ip ? v->ip : "", 64));
-	json_object_set_new(o, "user_agent", str(v->user_agent, 8192));
-	json_object_set_new(o, "referer", str(v->referer, 8192));
-	json_object_set_new(o, "accept_language", str(v->accept_language, 1024));
-	json_object_set_new(o, "host", str(v->host, 1024));
-	json_object_set_new(o, "query", str(v->query, 8192));
-	n = json_dumpb(o, buf, size, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	if (n > size) {
-		if ((*heap = malloc(n)) == NULL ||
-		    json_dumpb(o, *heap, n, JSON_COMPACT | JSON_PRESERVE_ORDER) != n) {
-			free(*heap);
-			*heap = NULL;
-			n = 0;
-		}
+	if (s == NULL) {
+		if (l->present[i] && json_object_set_new(l->obj, fields[i].key, json_null()) < 0)
+			return -1;
+		l->present[i] = 0;
+		return 0;
 	}
-	json_decref(o);
-	return n;
+	n = strnlen(s, fields[i].max);
+	if (json_string_setn(l->str[i], s, n) < 0) {
+		char *copy = malloc(n + 1);
+
+		if (copy == NULL)
+			return -1;
+		for (size_t k = 0; k < n; k++)
+			copy[k] = (unsigned char)s[k] < 0x80 ? s[k] : '?';
+		copy[n] = '\0';
+		n = json_string_setn(l->str[i], copy, n) < 0;
+		free(copy);
+		if (n)
+			return -1;
+	}
+	if (!l->present[i] && json_object_set(l->obj, fields[i].key, l->str[i]) < 0)
+		return -1;
+	l->present[i] = 1;
+	return 0;
+}
+
+/* Dumps the visit into l->buf (grown when it does not fit). Returns the
+ * length, 0 on error. */
+static size_t
+event_json(struct local *l, const struct events_visit *v, uint64_t id)
+{
+	const char *s[NFIELDS];
+	size_t n;
+	int want_link = v->link_id > 0;
+
+	s[F_CODE] = v->code;
+	s[F_IP] = v->ip ? v->ip : "";
+	s[F_UA] = v->user_agent;
+	s[F_REFERER] = v->referer;
+	s[F_LANG] = v->accept_language;
+	s[F_HOST] = v->host;
+	s[F_QUERY] = v->query;
+	json_integer_set(l->id, (json_int_t)id);
+	json_integer_set(l->ts, (json_int_t)v->ts_us);
+	json_integer_set(l->status, v->status);
+	if (want_link)
+		json_integer_set(l->link_id, v->link_id);
+	if (want_link != l->has_link) {
+		if ((want_link ? json_object_set(l->obj, "link_id", l->link_id) :
+		    json_object_set_new(l->obj, "link_id", json_null())) < 0)
+			return 0;
+		l->has_link = want_link;
+	}
+	for (int i = 0; i < NFIELDS; i++)
+		if (set_str(l, i, s[i]) < 0)
+			return 0;
+	n = json_dumpb(l->obj, l->buf, l->cap, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	if (n > l->cap) {
+		char *nb = realloc(l->buf, n);
+
+		if (nb == NULL)
+			return 0;
+		l->buf = nb;
+		l->cap = n;
+		n = json_dumpb(l->obj, l->buf, l->cap, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	}
+	return n <= l->cap ? n : 0;
 }
 
 uint64_t
 events_publish(struct events *ev, const struct events_visit *v)
 {
-	char buf[4096], *heap, *p;
-	struct timespec ts;
+	struct local *l = local_get(ev);
 	uint64_t id;
 	size_t n, klen = strlen(v->code);
 	rd_kafka_resp_err_t err;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	id = eventid_next((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
-	if ((n = event_json(v, id, buf, sizeof(buf), &heap)) == 0) {
+	id = eventid_next(v->ts_us / 1000);
+	if (l == NULL || (n = event_json(l, v, id)) == 0) {
 		log_error("events: cannot encode the event for code %s", v->code);
 		return 0;
 	}
-	p = heap ? heap : buf;
-	atomic_fetch_add(&ev->events, 1);
+	atomic_fetch_add_explicit(&l->events, 1, memory_order_relaxed);
 	if (atomic_load_explicit(&ev->fatal, memory_order_relaxed)) {
 		err = RD_KAFKA_RESP_ERR__FATAL;
 	} else {
+		/* F_COPY: librdkafka copies the value into the message's own
+		 * allocation, so l->buf is reused at once. */
 		err = rd_kafka_producev(ev->rk, RD_KAFKA_V_TOPIC(ev->topic),
 		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(v->code, klen),
-		    RD_KAFKA_V_VALUE(p, n), RD_KAFKA_V_OPAQUE(NULL), RD_KAFKA_V_END);
+		    RD_KAFKA_V_VALUE(l->buf, n), RD_KAFKA_V_OPAQUE(NULL), RD_KAFKA_V_END);
 	}
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-		atomic_fetch_add(&ev->produced, 1);
+		atomic_fetch_add_explicit(&l->produced, 1, memory_order_relaxed);
 	} else {
 		atomic_fetch_add(&ev->failed, 1);
-		to_spool(ev, v->code, klen, p, n);
+		to_spool(ev, v->code, klen, l->buf, n);
 		fail_log(ev, "producer refused an event", rd_kafka_err2str(err));
 	}
-	free(heap);
 	return id;
 }
 
@@ -373,6 +509,13 @@ events_new(const struct events_conf *conf, char *errstr, size_t errstr_size)
 	}
 	pthread_mutex_init(&ev->mtx, NULL);
 	pthread_cond_init(&ev->cond, NULL);
+	pthread_mutex_init(&ev->locals_mtx, NULL);
+	if (pthread_key_create(&ev->tls, local_exit) != 0) {
+		errstr_set(errstr, errstr_size, "events: cannot create thread-local state");
+		events_close(ev);
+		return NULL;
+	}
+	ev->tls_made = 1;
 	ev->shutdown_flush_ms = conf->shutdown_flush_ms;
 	ev->message_timeout_ms = conf->message_timeout_ms;
 	eventid_init(conf->worker_id);
@@ -442,6 +585,17 @@ events_close(struct events *ev)
 		rd_kafka_destroy(ev->rk);
 	}
 	spool_close(ev->spool);
+	/* Threads that published and are still alive (the request threads are
+	 * stopped before this) leave their state to us. */
+	while (ev->locals != NULL) {
+		struct local *l = ev->locals;
+
+		ev->locals = l->next;
+		local_free(l);
+	}
+	if (ev->tls_made)
+		pthread_key_delete(ev->tls);
+	pthread_mutex_destroy(&ev->locals_mtx);
 	pthread_cond_destroy(&ev->cond);
 	pthread_mutex_destroy(&ev->mtx);
 	free(ev->topic);
@@ -460,8 +614,14 @@ events_stats(struct events *ev, struct events_stats *out)
 	struct spool_stats ss;
 
 	spool_stats(ev->spool, &ss);
-	out->events = atomic_load(&ev->events);
-	out->produced = atomic_load(&ev->produced);
+	pthread_mutex_lock(&ev->locals_mtx);
+	out->events = ev->retired_events;
+	out->produced = ev->retired_produced;
+	for (struct local *l = ev->locals; l != NULL; l = l->next) {
+		out->events += atomic_load_explicit(&l->events, memory_order_relaxed);
+		out->produced += atomic_load_explicit(&l->produced, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&ev->locals_mtx);
 	out->delivered = atomic_load(&ev->delivered);
 	out->failed = atomic_load(&ev->failed);
 	out->spooled = atomic_load(&ev->spooled);

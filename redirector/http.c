@@ -23,12 +23,12 @@ struct http_server {
 /* Per-request state, created by the URI log callback and freed when the
  * request completes. */
 struct reqstate {
-	char *rawuri;   /* owned */
 	char *body;     /* owned */
 	size_t len, cap;
 	int too_big;
 	int started;    /* the headers-only first call has been seen */
 	double start;
+	char rawuri[];  /* in the same allocation */
 };
 
 double
@@ -43,13 +43,15 @@ http_now(void)
 static void *
 uri_logger(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-	struct reqstate *st = calloc(1, sizeof(*st));
+	size_t n = strlen(uri ? uri : "/") + 1;
+	struct reqstate *st = malloc(sizeof(*st) + n);
 
 	(void)cls;
 	(void)conn;
 	if (st == NULL)
 		return NULL;
-	st->rawuri = strdup(uri ? uri : "/");
+	memset(st, 0, sizeof(*st));
+	memcpy(st->rawuri, uri ? uri : "/", n);
 	st->start = http_now();
 	return st;
 }
@@ -65,7 +67,6 @@ completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	(void)toe;
 	if (st == NULL)
 		return;
-	free(st->rawuri);
 	free(st->body);
 	free(st);
 	*req_cls = NULL;
@@ -153,6 +154,40 @@ http_header(struct http_req *req, const char *name)
 	return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
+struct pick {
+	const char *const *names;
+	const char **values;
+	size_t n, left;
+};
+
+static enum MHD_Result
+pick_cb(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	struct pick *p = cls;
+
+	(void)kind;
+	if (key == NULL || value == NULL)
+		return MHD_YES;
+	for (size_t i = 0; i < p->n; i++)
+		if (p->values[i] == NULL && strcasecmp(key, p->names[i]) == 0) {
+			p->values[i] = value;
+			p->left--;
+			break;
+		}
+	return p->left > 0 ? MHD_YES : MHD_NO;
+}
+
+void
+http_headers(struct http_req *req, const char *const *names, const char **values, size_t n)
+{
+	struct pick p = { names, values, n, n };
+
+	for (size_t i = 0; i < n; i++)
+		values[i] = NULL;
+	if (n > 0)
+		MHD_get_connection_values(req->conn, MHD_HEADER_KIND, pick_cb, &p);
+}
+
 struct join {
 	const char *name;
 	char *buf;
@@ -235,7 +270,7 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	req.method = method;
 	req.path = url;
 	req.rawuri = st->rawuri;
-	q = st->rawuri ? strchr(st->rawuri, '?') : NULL;
+	q = strchr(st->rawuri, '?');
 	req.query = q ? q + 1 : NULL;
 	req.body = st->len ? st->body : NULL;
 	req.body_len = st->len;

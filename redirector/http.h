@@ -47,6 +47,11 @@ void http_stop(struct http_server *s);
 /* Request header value or NULL (libmicrohttpd owns it). */
 const char *http_header(struct http_req *req, const char *name);
 
+/* The first value of each of n headers (names compared case-insensitively)
+ * in one pass over the request's headers; values[i] is NULL when names[i]
+ * is absent. libmicrohttpd owns the values. */
+void http_headers(struct http_req *req, const char *const *names, const char **values, size_t n);
+
 /* Every value of header name joined with ", " into buf (truncated to
  * size - 1), or NULL when the header is absent. Returns buf or NULL. */
 char *http_header_join(struct http_req *req, const char *name, char *buf, size_t size);

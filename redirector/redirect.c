@@ -356,15 +356,23 @@ redirect_handle(struct redirect *r, struct http_req *req)
 	else
 		ret = http_redirect(req, (unsigned)status, e->rec.long_url);
 	if (r->events != NULL) {
+		static const char *const names[] = { MHD_HTTP_HEADER_USER_AGENT,
+		    MHD_HTTP_HEADER_REFERER, MHD_HTTP_HEADER_ACCEPT_LANGUAGE, MHD_HTTP_HEADER_HOST };
+		const char *vals[4];
+
+		http_headers(req, names, vals, 4);
 		v.code = code;
 		v.link_id = e != NULL ? e->rec.id : 0;
 		v.status = status;
+		/* X-Forwarded-For is only read (all of its headers) from a
+		 * trusted proxy. */
 		v.ip = clientip_resolve(r->trusted, req->peer,
-		    http_header_join(req, "X-Forwarded-For", xff, sizeof(xff)), ip);
-		v.user_agent = http_header(req, MHD_HTTP_HEADER_USER_AGENT);
-		v.referer = http_header(req, MHD_HTTP_HEADER_REFERER);
-		v.accept_language = http_header(req, MHD_HTTP_HEADER_ACCEPT_LANGUAGE);
-		v.host = http_header(req, MHD_HTTP_HEADER_HOST);
+		    clientip_peer_trusted(r->trusted, req->peer) ?
+		    http_header_join(req, "X-Forwarded-For", xff, sizeof(xff)) : NULL, ip);
+		v.user_agent = vals[0];
+		v.referer = vals[1];
+		v.accept_language = vals[2];
+		v.host = vals[3];
 		v.query = query;
 		v.ts_us = now;
 		events_publish(r->events, &v);

@@ -1,11 +1,17 @@
 """Redirect throughput: wrk -t2 -c64 -d10s --latency against GET /{code} on the
 redirector (visit events on, to the dev broker) and against nginx serving
 `return 302` in the same run; prints req/s, p99 and the ratio (target
-redirector/nginx >= 0.9), then the producer counters."""
+redirector/nginx >= 0.9, nginx with access_log off: the headline), then nginx
+again with buffered access logging (the redirector records every request
+too), CPU time per request of each process during its run (redirector,
+devbroker, nginx, wrk) and the producer counters. LP_BENCH_PERF=FILE records
+a perf profile of the redirector during its run; LP_BENCH_SET="name=value,..."
+overrides redirector settings (experiments)."""
 import json
 import os
 import re
 import subprocess
+import resource
 import time
 
 import requests
@@ -24,15 +30,17 @@ done = function(summary, latency, requests)
 end
 """
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
 NGINX_CONF = """
 worker_processes 2;
 daemon off;
 master_process on;
-pid %(work)s/nginx.pid;
-error_log %(work)s/nginx-error.log warn;
+pid %(work)s/%(name)s.pid;
+error_log %(work)s/%(name)s-error.log warn;
 events { worker_connections 1024; }
 http {
-    access_log off;
+    %(access_log)s
     client_body_temp_path %(work)s/body;
     proxy_temp_path %(work)s/proxy;
     fastcgi_temp_path %(work)s/fastcgi;
@@ -60,6 +68,66 @@ def wrk(url, script, secs=10):
     return float(m.group(1)), p99_ms, int(bad.group(1)) if bad else -1
 
 
+def cpu_secs(pids):
+    """utime + stime of pids and their children's threads (seconds)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / CLK_TCK
+
+
+def family(pid):
+    """pid and its direct children (nginx's master and workers)."""
+    pids = [pid]
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                pids += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return pids
+
+
+def measured(url, script, procs):
+    """wrk against url; returns (rps, p99, non3xx, {name: cpu µs per request})."""
+    before = {name: cpu_secs(family(pid)) for name, pid in procs.items()}
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wrk_before = ru.ru_utime + ru.ru_stime
+    rps, p99, bad = wrk(url, script)
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    reqs = max(rps * 10, 1)
+    cpu = {name: (cpu_secs(family(pid)) - before[name]) * 1e6 / reqs for name, pid in procs.items()}
+    cpu["wrk"] = (ru.ru_utime + ru.ru_stime - wrk_before) * 1e6 / reqs
+    return rps, p99, bad, cpu
+
+
+def cpu_text(cpu):
+    return ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+
+
+def start_nginx(work, name, access_log):
+    port = lpstack.free_port()
+    conf = os.path.join(work, f"{name}.conf")
+    with open(conf, "w") as f:
+        f.write(NGINX_CONF % {"work": work, "port": port, "name": name,
+                              "access_log": access_log})
+    proc = subprocess.Popen(["nginx", "-p", work, "-c", conf], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    lpstack.wait_port(port, proc=proc, what="nginx")
+    return proc, port
+
+
+def stop_nginx(proc):
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        proc.wait()
+
+
 def counters(text):
     m = re.findall(r"events: (events=\d+ produced=\d+ delivered=\d+ failed=\d+ spooled=\d+ "
                    r"replayed=\d+ spool_dropped=\d+ spool_bytes=\d+)", text)
@@ -67,16 +135,24 @@ def counters(text):
 
 
 def run(bin_dir, work):
+    load_before = os.getloadavg()
     pg = lpstack.Postgres(os.path.join(work, "pg")).up()
     redis = lpstack.Redis(os.path.join(work, "redis")).up()
     broker = lpstack.Broker(os.path.join(work, "kafka"), partitions=64).up()
     port = lpstack.free_port()
-    red = lpstack.program("redirector", work, {
+    settings = {
         "pg_dsn": pg.dsn, "redis_url": redis.url, "listen_port": port,
         "base_url": "http://s.bench", "log_level": "info", "kafka_bootstrap": broker.bootstrap,
         "kafka_topic": broker.topic, "spool_dir": os.path.join(work, "spool"),
-        "pool_low_water": 100, "pool_batch": 200, "kafka_linger_ms": 5,
-        "shutdown_flush_ms": 30000}).start()
+        "pool_low_water": 100, "pool_batch": 200, "shutdown_flush_ms": 30000}
+    for kv in filter(None, os.environ.get("LP_BENCH_SET", "").split(",")):
+        k, v = kv.split("=", 1)
+        settings[k] = v
+    if settings:
+        print(f"redirector settings: "
+              f"{ {k: v for k, v in settings.items() if k not in ('pg_dsn', 'redis_url')} }",
+              flush=True)
+    red = lpstack.program("redirector", work, settings).start()
     nginx = None
     try:
         lpstack.wait_port(port, proc=red.proc, what="redirector")
@@ -99,24 +175,44 @@ def run(bin_dir, work):
         with open(script, "w") as f:
             f.write(ROTATE_LUA.replace("%CODES%", ", ".join(f'"{c}"' for c in codes))
                     .replace("%%", "%"))
-        ngx_port = lpstack.free_port()
-        conf = os.path.join(work, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write(NGINX_CONF % {"work": work, "port": ngx_port})
-        nginx = subprocess.Popen(["nginx", "-p", work, "-c", conf], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
-        lpstack.wait_port(ngx_port, proc=nginx, what="nginx")
-        r_rps, r_p99, r_bad = wrk(base + "/", script)
-        n_rps, n_p99, n_bad = wrk(f"http://127.0.0.1:{ngx_port}/", script)
+        nginx, ngx_port = start_nginx(work, "nginx", "access_log off;")
+        procs = {"redirector": red.proc.pid, "devbroker": broker.proc.pid}
+        perf = None
+        if os.environ.get("LP_BENCH_PERF"):
+            perf = subprocess.Popen(["perf", "record"] +
+                                    os.environ.get("LP_BENCH_PERF_ARGS", "-g").split() +
+                                    ["-o", os.environ["LP_BENCH_PERF"],
+                                     "-p", str(red.proc.pid), "--", "sleep", "9"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r_rps, r_p99, r_bad, r_cpu = measured(base + "/", script, procs)
+        if perf is not None:
+            perf.wait()
+        n_rps, n_p99, n_bad, n_cpu = measured(f"http://127.0.0.1:{ngx_port}/", script,
+                                              {"nginx": nginx.pid})
+        stop_nginx(nginx)
+        nginx, ngx_port = start_nginx(work, "nginx-log", "access_log %s/access.log combined "
+                                      "buffer=64k flush=1s;" % work)
+        l_rps, l_p99, l_bad, l_cpu = measured(f"http://127.0.0.1:{ngx_port}/", script,
+                                              {"nginx": nginx.pid})
         print(f"redirect_rps {r_rps:.0f}  (redirector GET /{{code}} over 16 codes, events on; "
               f"wrk -t2 -c64 -d10s, p99 {r_p99:.2f} ms, non-3xx {r_bad})", flush=True)
-        print(f"nginx_302_rps {n_rps:.0f}  (nginx-light return 302, 2 workers; p99 {n_p99:.2f} ms, "
-              f"non-3xx {n_bad})", flush=True)
+        print(f"nginx_302_rps {n_rps:.0f}  (nginx-light return 302, 2 workers, access_log off; "
+              f"p99 {n_p99:.2f} ms, non-3xx {n_bad})", flush=True)
         print(f"redirect_vs_nginx_ratio {r_rps / n_rps:.2f}  (target >= 0.9)", flush=True)
+        print(f"nginx_302_logged_rps {l_rps:.0f}  (same nginx with access_log combined "
+              f"buffer=64k flush=1s; p99 {l_p99:.2f} ms, non-3xx {l_bad}; not the headline)",
+              flush=True)
+        print(f"redirect_vs_nginx_logged_ratio {r_rps / l_rps:.2f}", flush=True)
+        print(f"redirect_cpu_us_per_req  {cpu_text(r_cpu)}  (2 cores = "
+              f"{2e6 / r_rps:.1f} µs of CPU per request available)", flush=True)
+        print(f"nginx_cpu_us_per_req  {cpu_text(n_cpu)}  (2 cores = "
+              f"{2e6 / n_rps:.1f} µs available)", flush=True)
+        print(f"nginx_logged_cpu_us_per_req  {cpu_text(l_cpu)}", flush=True)
+        print(f"load_average before {' '.join(f'{x:.2f}' for x in load_before)}, after "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}  (1/5/15 min; 2 cores, shared)",
+              flush=True)
     finally:
-        if nginx is not None:
-            nginx.terminate()
-            nginx.wait()
+        stop_nginx(nginx)
         rc = red.stop()
         print(f"redirect_producer_counters {counters(red.output())}  (redirector exit {rc})",
               flush=True)
