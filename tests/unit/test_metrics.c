@@ -293,9 +293,10 @@ test_collect(void)
 	free(metrics_render(m, NULL));
 	text = metrics_render(m, NULL);
 	CHECK(c.calls == 2, "hook ran once per render, got %d", c.calls);
-	CHECK(text && strstr(text, "\nmirror_total 42\n"), "mirrored total: %s", text);
+	CHECK(text && strstr(text, "\nmirror_total 42\n"), "mirrored total: %s",
+	    text ? text : "(none)");
 	CHECK(text && strstr(text, "lag{partition=\"1\"} 1.5\nlag{partition=\"2\"} 3\n"),
-	    "series made by the hook: %s", text);
+	    "series made by the hook: %s", text ? text : "(none)");
 	free(text);
 	for (int i = 1; i < METRICS_MAX_HOOKS; i++)
 		CHECK(metrics_on_collect(m, collect, &c) == 0, "hook %d accepted", i);
