@@ -15,6 +15,8 @@ void
 batch_init(struct batch *b)
 {
 	memset(b, 0, sizeof(*b));
+	b->min_ts_us = INT64_MAX;
+	b->max_ts_us = INT64_MIN;
 }
 
 void
@@ -28,18 +30,23 @@ batch_reset(struct batch *b)
 	for (int32_t i = 0; i < b->ntouched; i++)
 		b->next_offset[b->touched[i]] = -1;
 	b->ntouched = 0;
-	b->copy_len = 0;
+	b->copy.len = 0;
+	b->roll.len = 0;
 	b->rows = 0;
 	b->messages = 0;
 	b->nmonths = 0;
 	b->opened_ms = 0;
+	b->min_ts_us = INT64_MAX;
+	b->max_ts_us = INT64_MIN;
 }
 
 void
 batch_free(struct batch *b)
 {
 	batch_reset(b);
-	free(b->copy);
+	free(b->copy.data);
+	free(b->roll.data);
+	free(b->row);
 	free(b->rejects);
 	free(b->next_offset);
 	free(b->touched);
@@ -48,43 +55,43 @@ batch_free(struct batch *b)
 }
 
 static int
-reserve(struct batch *b, size_t more)
+reserve(struct batch_buf *buf, size_t more)
 {
 	size_t cap;
 	char *p;
 
-	if (b->copy_len + more <= b->copy_cap)
+	if (buf->len + more <= buf->cap)
 		return 0;
-	cap = b->copy_cap ? b->copy_cap : 1 << 20;
-	while (cap < b->copy_len + more)
+	cap = buf->cap ? buf->cap : 1 << 20;
+	while (cap < buf->len + more)
 		cap *= 2;
-	if ((p = realloc(b->copy, cap)) == NULL)
+	if ((p = realloc(buf->data, cap)) == NULL)
 		return -1;
-	b->copy = p;
-	b->copy_cap = cap;
+	buf->data = p;
+	buf->cap = cap;
 	return 0;
 }
 
 static inline void
-put_raw(struct batch *b, const char *s, size_t n)
+put_raw(struct batch_buf *buf, const char *s, size_t n)
 {
-	memcpy(b->copy + b->copy_len, s, n);
-	b->copy_len += n;
+	memcpy(buf->data + buf->len, s, n);
+	buf->len += n;
 }
 
 int
-batch_put_text(struct batch *b, const char *s, size_t len)
+batch_put_text(struct batch_buf *buf, const char *s, size_t len)
 {
 	size_t i, start;
 
 	if (s == NULL) {
-		if (reserve(b, 3) < 0)
+		if (reserve(buf, 3) < 0)
 			return -1;
-		put_raw(b, "\\N\t", 3);
+		put_raw(buf, "\\N\t", 3);
 		return 0;
 	}
 	/* Worst case every byte doubles. */
-	if (reserve(b, 2 * len + 1) < 0)
+	if (reserve(buf, 2 * len + 1) < 0)
 		return -1;
 	for (i = start = 0; i < len; i++) {
 		unsigned char c = (unsigned char)s[i];
@@ -102,34 +109,34 @@ batch_put_text(struct batch *b, const char *s, size_t len)
 		case '\v': esc = 'v'; break;
 		default: continue;
 		}
-		put_raw(b, s + start, i - start);
-		b->copy[b->copy_len++] = '\\';
-		b->copy[b->copy_len++] = esc;
+		put_raw(buf, s + start, i - start);
+		buf->data[buf->len++] = '\\';
+		buf->data[buf->len++] = esc;
 		start = i + 1;
 	}
-	put_raw(b, s + start, len - start);
-	b->copy[b->copy_len++] = '\t';
+	put_raw(buf, s + start, len - start);
+	buf->data[buf->len++] = '\t';
 	return 0;
 }
 
 /* A C string field; "" is NULL when empty_null. */
 static int
-put_str(struct batch *b, const char *s, int empty_null)
+put_str(struct batch_buf *buf, const char *s, int empty_null)
 {
 	if (s == NULL || (empty_null && *s == '\0'))
-		return batch_put_text(b, NULL, 0);
-	return batch_put_text(b, s, strlen(s));
+		return batch_put_text(buf, NULL, 0);
+	return batch_put_text(buf, s, strlen(s));
 }
 
 static int
-put_ll(struct batch *b, long long v)
+put_ll(struct batch_buf *buf, long long v)
 {
 	char num[24];
 	int n = snprintf(num, sizeof(num), "%lld\t", v);
 
-	if (reserve(b, (size_t)n) < 0)
+	if (reserve(buf, (size_t)n) < 0)
 		return -1;
-	put_raw(b, num, (size_t)n);
+	put_raw(buf, num, (size_t)n);
 	return 0;
 }
 
@@ -224,47 +231,117 @@ add_reject(struct batch *b, int32_t partition, int64_t offset, const void *paylo
 	return 0;
 }
 
+/* "" for NULL: the link_day_dim value of an absent column. */
+static const char *
+dv(const char *s)
+{
+	return s ? s : "";
+}
+
+/* The rollup input row: link, code, client_id, time, bot flag and the ten
+ * link_day_dim values defined in 0004_rollups.sql's comments. */
+static int
+put_roll(struct batch_buf *r, const struct event *ev, const struct enrich_row *er,
+         const char *ts)
+{
+	const struct geo_result *g = &er->geo;
+	const struct ua_result *u = &er->ua;
+	const char *cc = dv(g->country_code), *prov = dv(g->province), *city = dv(g->city);
+	const char *br = dv(u->browser.family), *bv = er->browser_version;
+	char v2[sizeof(g->country_code) + sizeof(g->province) + 1];
+	char v3[sizeof(g->country_code) + sizeof(g->province) + sizeof(g->city) + 2];
+	char v6[sizeof(u->browser.family) + sizeof(er->browser_version) + 1];
+	int rc = 0;
+
+	v2[0] = v3[0] = v6[0] = '\0';
+	if (*prov)
+		snprintf(v2, sizeof(v2), "%s/%s", cc, prov);
+	if (*city)
+		snprintf(v3, sizeof(v3), "%s/%s/%s", cc, prov, city);
+	if (*br && *bv)
+		snprintf(v6, sizeof(v6), "%s %.*s", br, (int)strcspn(bv, "."), bv);
+	else
+		snprintf(v6, sizeof(v6), "%s", br);
+	rc |= ev->has_link_id ? put_ll(r, ev->link_id) : batch_put_text(r, NULL, 0);
+	rc |= batch_put_text(r, ev->code, ev->code_len);
+	rc |= put_str(r, er->client_id, 0);
+	rc |= put_str(r, ts, 0);
+	rc |= put_str(r, u->is_bot ? "t" : "f", 0);
+	rc |= put_str(r, cc, 0);
+	rc |= put_str(r, v2, 0);
+	rc |= put_str(r, v3, 0);
+	rc |= put_str(r, dv(g->isp), 0);
+	rc |= put_str(r, br, 0);
+	rc |= put_str(r, v6, 0);
+	rc |= put_str(r, dv(u->os.family), 0);
+	rc |= put_str(r, dv(u->device_type), 0);
+	rc |= put_str(r, er->referer_host, 0);
+	rc |= put_str(r, er->language, 0);
+	if (rc)
+		return -1;
+	r->data[r->len - 1] = '\n';
+	return 0;
+}
+
 static int
 put_row(struct batch *b, const struct event *ev, const struct enrich_row *er, int32_t *month)
 {
 	char ts[40];
 	const struct geo_result *g = &er->geo;
 	const struct ua_result *u = &er->ua;
+	struct batch_buf *c = &b->copy;
 	int rc = 0;
 
 	batch_format_ts(ev->ts, ts, sizeof(ts), month);
-	rc |= put_ll(b, ev->id);
-	rc |= ev->has_link_id ? put_ll(b, ev->link_id) : batch_put_text(b, NULL, 0);
-	rc |= batch_put_text(b, ev->code, ev->code_len);
-	rc |= put_str(b, er->client_id, 0);
-	rc |= put_str(b, er->ip_valid ? ev->ip : NULL, 1);
-	rc |= put_str(b, ts, 0);
-	rc |= put_ll(b, ev->status);
-	rc |= batch_put_text(b, ev->user_agent, ev->user_agent_len);
-	rc |= put_str(b, ev->referer, 0);
-	rc |= put_str(b, er->referer_host, 1);
-	rc |= put_str(b, ev->accept_language, 0);
-	rc |= put_str(b, er->language, 1);
-	rc |= put_str(b, ev->host, 0);
-	rc |= put_str(b, ev->query, 0);
-	rc |= put_str(b, g->country_code, 1);
-	rc |= put_str(b, g->country, 1);
-	rc |= put_str(b, g->province, 1);
-	rc |= put_str(b, g->city, 1);
-	rc |= put_str(b, g->isp, 1);
-	rc |= g->asn >= 0 ? put_ll(b, g->asn) : batch_put_text(b, NULL, 0);
-	rc |= put_str(b, u->browser.family, 1);
-	rc |= put_str(b, er->browser_version, 1);
-	rc |= put_str(b, u->os.family, 1);
-	rc |= put_str(b, er->os_version, 1);
-	rc |= put_str(b, u->device_type, 1);
-	rc |= put_str(b, u->device.family, 1);
-	rc |= put_str(b, u->device.brand, 1);
-	rc |= put_str(b, u->device.model, 1);
-	rc |= put_str(b, u->is_bot ? "t" : "f", 0);
+	rc |= put_ll(c, ev->id);
+	rc |= ev->has_link_id ? put_ll(c, ev->link_id) : batch_put_text(c, NULL, 0);
+	rc |= batch_put_text(c, ev->code, ev->code_len);
+	rc |= put_str(c, er->client_id, 0);
+	rc |= put_str(c, er->ip_valid ? ev->ip : NULL, 1);
+	rc |= put_str(c, ts, 0);
+	rc |= put_ll(c, ev->status);
+	rc |= batch_put_text(c, ev->user_agent, ev->user_agent_len);
+	rc |= put_str(c, ev->referer, 0);
+	rc |= put_str(c, er->referer_host, 1);
+	rc |= put_str(c, ev->accept_language, 0);
+	rc |= put_str(c, er->language, 1);
+	rc |= put_str(c, ev->host, 0);
+	rc |= put_str(c, ev->query, 0);
+	rc |= put_str(c, g->country_code, 1);
+	rc |= put_str(c, g->country, 1);
+	rc |= put_str(c, g->province, 1);
+	rc |= put_str(c, g->city, 1);
+	rc |= put_str(c, g->isp, 1);
+	rc |= g->asn >= 0 ? put_ll(c, g->asn) : batch_put_text(c, NULL, 0);
+	rc |= put_str(c, u->browser.family, 1);
+	rc |= put_str(c, er->browser_version, 1);
+	rc |= put_str(c, u->os.family, 1);
+	rc |= put_str(c, er->os_version, 1);
+	rc |= put_str(c, u->device_type, 1);
+	rc |= put_str(c, u->device.family, 1);
+	rc |= put_str(c, u->device.brand, 1);
+	rc |= put_str(c, u->device.model, 1);
+	rc |= put_str(c, u->is_bot ? "t" : "f", 0);
 	if (rc)
 		return -1;
-	b->copy[b->copy_len - 1] = '\n'; /* the last tab ends the row */
+	c->data[c->len - 1] = '\n'; /* the last tab ends the row */
+	return put_roll(&b->roll, ev, er, ts);
+}
+
+/* Room for one more struct batch_row. */
+static int
+reserve_row(struct batch *b)
+{
+	size_t cap;
+	struct batch_row *n;
+
+	if (b->rows < b->row_cap)
+		return 0;
+	cap = b->row_cap ? 2 * b->row_cap : 1024;
+	if ((n = realloc(b->row, cap * sizeof(*n))) == NULL)
+		return -1;
+	b->row = n;
+	b->row_cap = cap;
 	return 0;
 }
 
@@ -276,10 +353,11 @@ batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t offset
 	struct event ev;
 	json_t *root = NULL;
 	char reason[256];
-	size_t mark = b->copy_len;
+	size_t mark = b->copy.len, rmark = b->roll.len;
 	int32_t month;
+	struct batch_row *row;
 
-	if (batch_set_offset(b, partition, offset + 1) < 0)
+	if (batch_set_offset(b, partition, offset + 1) < 0 || reserve_row(b) < 0)
 		goto nomem;
 	if (event_parse(payload ? payload : "", payload ? len : 0, &root, &ev, reason,
 	    sizeof(reason)) < 0) {
@@ -293,10 +371,20 @@ batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t offset
 		return -1;
 	}
 	if (put_row(b, &ev, &er, &month) < 0 || add_month(b, month) < 0) {
-		b->copy_len = mark;
+		b->copy.len = mark;
+		b->roll.len = rmark;
 		json_decref(root);
 		goto nomem;
 	}
+	row = &b->row[b->rows];
+	row->id = ev.id;
+	row->ts_us = ev.ts;
+	row->copy_off = mark;
+	row->roll_off = rmark;
+	if (ev.ts < b->min_ts_us)
+		b->min_ts_us = ev.ts;
+	if (ev.ts > b->max_ts_us)
+		b->max_ts_us = ev.ts;
 	json_decref(root);
 	b->rows++;
 	b->messages++;

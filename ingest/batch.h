@@ -16,6 +16,21 @@
 	"country_code, country, province, city, isp, asn, browser_type, browser_version, " \
 	"os_type, os_version, device_type, device_family, device_brand, device_model, is_bot"
 
+/* Columns of the loader's temporary rollup input table (one row per visit,
+ * in the same order as the rows of copy): the breakdown values are already
+ * the link_day_dim values of 0004_rollups.sql ('' when unknown). */
+#define BATCH_ROLL_COLUMNS \
+	"url_link_id, unique_code, client_id, visit_time, is_bot, v1, v2, v3, v4, v5, v6, v7, " \
+	"v8, v9, v10"
+
+/* Where one row lives in the two COPY buffers, and its key. */
+struct batch_row {
+	int64_t id;                 /* visit_record.id */
+	int64_t ts_us;              /* visit_time, microseconds since the epoch */
+	size_t copy_off;            /* start of the row in copy (ends at the next row's) */
+	size_t roll_off;            /* start of the row in roll */
+};
+
 /* A message that failed validation. raw and reason are owned by the batch. */
 struct batch_reject {
 	int32_t partition;
@@ -25,10 +40,19 @@ struct batch_reject {
 	char *reason;
 };
 
+/* A growing byte buffer (owned by whoever owns the struct). */
+struct batch_buf {
+	char *data;
+	size_t len, cap;
+};
+
 struct batch {
-	char *copy;                 /* owned: COPY text format rows */
-	size_t copy_len, copy_cap;
+	struct batch_buf copy;      /* COPY text rows of BATCH_COPY_COLUMNS */
 	size_t rows;                /* rows in copy */
+	struct batch_buf roll;      /* COPY text rows of BATCH_ROLL_COLUMNS */
+	struct batch_row *row;      /* owned: rows entries */
+	size_t row_cap;
+	int64_t min_ts_us, max_ts_us; /* range of visit_time over the rows */
 	size_t messages;            /* messages taken (rows + rejects) */
 	struct batch_reject *rejects; /* owned array */
 	size_t nrejects, rejects_cap;
@@ -59,9 +83,9 @@ int batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t of
 /* Records the next offset of partition without a message (e.g. skipping). */
 int batch_set_offset(struct batch *b, int32_t partition, int64_t next_offset);
 
-/* Appends one field in COPY text format (backslash, tab, newline, CR escaped;
- * NULL s writes \N). Exposed for the unit test. Returns 0 or -1 (no memory). */
-int batch_put_text(struct batch *b, const char *s, size_t len);
+/* Appends one field and a tab to buf in COPY text format (backslash, tab,
+ * newline, CR escaped; NULL s writes \N). Returns 0 or -1 (no memory). */
+int batch_put_text(struct batch_buf *buf, const char *s, size_t len);
 
 /* Formats microseconds since the epoch as "YYYY-MM-DD HH:MM:SS.uuuuuu+00"
  * into out (at least 32 bytes); *month receives year * 12 + month - 1. */

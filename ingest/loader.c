@@ -1,7 +1,8 @@
-/* loader.c - one PostgreSQL transaction per batch (libpq): partitions, COPY
- * into a temp staging table, INSERT ... ON CONFLICT DO NOTHING RETURNING into
- * data-modifying CTEs that roll up only the rows inserted, rejects, offsets. */
+/* loader.c - one PostgreSQL transaction per batch (libpq): partitions, a probe
+ * for ids already stored, COPY of the new rows straight into visit_record and
+ * of their rollup inputs into a temp table, the rollups, rejects, offsets. */
 #include "loader.h"
+#include "rollup.h"
 
 #include "errstr.h"
 #include "log.h"
@@ -14,12 +15,17 @@
 #include <time.h>
 
 #define COPY_CHUNK (256 * 1024)
+/* How often link_day_dim_compact() folds the per-batch link_day_dim rows
+ * (0007) into one row per key, on the loader's connection between batches. */
+#define COMPACT_INTERVAL_MS 60000.0
 
 struct loader {
 	char *dsn, *group, *topic;
 	PGconn *conn;
 	int hll;
 	char *insert_sql;          /* owned, built at connect */
+	struct rollup *roll;       /* owned: the current batch's rollups */
+	double last_compact_ms;    /* monotonic ms of the last compaction (or start) */
 	int32_t *known_months;     /* months whose partition exists (this connection) */
 	size_t nknown, known_cap;
 
@@ -33,25 +39,10 @@ struct loader {
 	char job_err[512];
 };
 
-/* Rollup definitions follow the COMMENTs of 0004_rollups.sql exactly: one
- * value expression per dimension, each never NULL ('' when unknown). They
- * are grouped in one pass with GROUPING SETS (one hash table per dimension)
- * and unpivoted by which value is non-NULL in each set. */
-#define DIM_VALUES \
-	"coalesce(country_code::text, '') AS v1," \
-	"CASE WHEN coalesce(province, '') = '' THEN '' " \
-	"  ELSE coalesce(country_code::text, '') || '/' || province END AS v2," \
-	"CASE WHEN coalesce(city, '') = '' THEN '' " \
-	"  ELSE coalesce(country_code::text, '') || '/' || coalesce(province, '') || '/' || city END AS v3," \
-	"coalesce(isp, '') AS v4," \
-	"coalesce(browser_type, '') AS v5," \
-	"CASE WHEN coalesce(browser_type, '') = '' THEN '' " \
-	"  WHEN coalesce(browser_version, '') = '' THEN browser_type " \
-	"  ELSE browser_type || ' ' || split_part(browser_version, '.', 1) END AS v6," \
-	"coalesce(os_type, '') AS v7," \
-	"coalesce(device_type, '') AS v8," \
-	"coalesce(referer_host, '') AS v9," \
-	"coalesce(language, '') AS v10"
+/* The rollups, from the temp table ingest_roll that holds exactly the rows
+ * this batch inserted (batch.c computed the link_day_dim values as 0004's
+ * comments define them, never NULL). link_day_dim is append-only (0007):
+ * one GROUPING SETS pass makes one row per key and batch; readers sum. */
 #define DIM_NAME \
 	"CASE WHEN v1 IS NOT NULL THEN 'country' WHEN v2 IS NOT NULL THEN 'province' " \
 	"WHEN v3 IS NOT NULL THEN 'city' WHEN v4 IS NOT NULL THEN 'isp' " \
@@ -59,20 +50,12 @@ struct loader {
 	"WHEN v7 IS NOT NULL THEN 'os' WHEN v8 IS NOT NULL THEN 'device_type' " \
 	"WHEN v9 IS NOT NULL THEN 'referer_host' ELSE 'language' END"
 
-#define INSERT_SQL_FMT \
-	    "WITH ins AS (" \
-	    " INSERT INTO visit_record (" BATCH_COPY_COLUMNS ")" \
-	    " SELECT " BATCH_COPY_COLUMNS " FROM ingest_stage" \
-	    " ON CONFLICT DO NOTHING" \
-	    " RETURNING url_link_id, unique_code, client_id, visit_time, is_bot, country_code," \
-	    "  province, city, isp, browser_type, browser_version, os_type, device_type," \
-	    "  referer_host, language)," \
-	    "lh AS (" \
+#define ROLLUP_SQL_FMT \
+	    "WITH lh AS (" \
 	    " INSERT INTO link_hour AS t (url_link_id, hour, visits, bot_visits, first_visit," \
 	    "  last_visit%s)" \
-	    " SELECT url_link_id, date_trunc('hour', visit_time), count(*) FILTER (WHERE NOT is_bot)," \
-	    "  count(*) FILTER (WHERE is_bot), min(visit_time), max(visit_time)%s" \
-	    " FROM ins WHERE url_link_id IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2" \
+	    " SELECT url_link_id, hour, visits, bot_visits, first_visit, last_visit%s" \
+	    " FROM ingest_hour ORDER BY 1, 2" \
 	    " ON CONFLICT (url_link_id, hour) DO UPDATE SET visits = t.visits + EXCLUDED.visits," \
 	    "  bot_visits = t.bot_visits + EXCLUDED.bot_visits," \
 	    "  first_visit = least(t.first_visit, EXCLUDED.first_visit)," \
@@ -80,32 +63,18 @@ struct loader {
 	    "%s" \
 	    "lt AS (" \
 	    " INSERT INTO link_total AS t (url_link_id, visits, bot_visits, first_visit, last_visit)" \
-	    " SELECT url_link_id, count(*), count(*) FILTER (WHERE is_bot), min(visit_time)," \
-	    "  max(visit_time) FROM ins WHERE url_link_id IS NOT NULL GROUP BY 1 ORDER BY 1" \
+	    " SELECT url_link_id, sum(visits + bot_visits), sum(bot_visits), min(first_visit)," \
+	    "  max(last_visit) FROM ingest_hour GROUP BY 1 ORDER BY 1" \
 	    " ON CONFLICT (url_link_id) DO UPDATE SET visits = t.visits + EXCLUDED.visits," \
 	    "  bot_visits = t.bot_visits + EXCLUDED.bot_visits," \
 	    "  first_visit = least(t.first_visit, EXCLUDED.first_visit)," \
 	    "  last_visit = greatest(t.last_visit, EXCLUDED.last_visit))," \
-	    "ld AS (" \
-	    " INSERT INTO link_day_dim AS t (url_link_id, day, dimension, value, is_bot, visits)" \
-	    " SELECT url_link_id, day, " DIM_NAME ", coalesce(v1, v2, v3, v4, v5, v6, v7, v8, v9," \
-	    "  v10), is_bot, n FROM (" \
-	    "  SELECT url_link_id, day, is_bot, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10," \
-	    "   count(*) AS n FROM (" \
-	    "   SELECT url_link_id, (visit_time AT TIME ZONE 'UTC')::date AS day, is_bot, " \
-	    DIM_VALUES " FROM ins WHERE url_link_id IS NOT NULL) x" \
-	    "  GROUP BY url_link_id, day, is_bot, GROUPING SETS ((v1), (v2), (v3), (v4), (v5)," \
-	    "   (v6), (v7), (v8), (v9), (v10))) g" \
-	    " ON CONFLICT (url_link_id, day, dimension, value, is_bot)" \
-	    "  DO UPDATE SET visits = t.visits + EXCLUDED.visits)," \
 	    "od AS (" \
 	    " INSERT INTO orphan_day AS t (unique_code, day, visits, bot_visits)" \
-	    " SELECT unique_code, (visit_time AT TIME ZONE 'UTC')::date," \
-	    "  count(*) FILTER (WHERE NOT is_bot), count(*) FILTER (WHERE is_bot)" \
-	    " FROM ins WHERE url_link_id IS NULL GROUP BY 1, 2 ORDER BY 1, 2" \
+	    " SELECT unique_code, day, visits, bot_visits FROM ingest_orphan ORDER BY 1, 2" \
 	    " ON CONFLICT (unique_code, day) DO UPDATE SET visits = t.visits + EXCLUDED.visits," \
 	    "  bot_visits = t.bot_visits + EXCLUDED.bot_visits)" \
-	    "SELECT count(*) FROM ins"
+	    "SELECT 1"
 
 static char *
 build_insert_sql(int hll)
@@ -113,16 +82,15 @@ build_insert_sql(int hll)
 	const char *exact =
 	    "lhv AS ("
 	    " INSERT INTO link_hour_visitor (url_link_id, hour, client_id)"
-	    " SELECT DISTINCT url_link_id, date_trunc('hour', visit_time), client_id FROM ins"
-	    " WHERE url_link_id IS NOT NULL AND NOT is_bot ORDER BY 1, 2, 3"
+	    " SELECT url_link_id, hour, c FROM ingest_hour, unnest(clients) AS c ORDER BY 1, 2, 3"
 	    " ON CONFLICT DO NOTHING),";
-	size_t n = sizeof(INSERT_SQL_FMT) + strlen(exact) + 512;
+	size_t n = sizeof(ROLLUP_SQL_FMT) + strlen(exact) + 512;
 	char *sql = malloc(n);
 
 	if (sql == NULL)
 		return NULL;
-	snprintf(sql, n, INSERT_SQL_FMT, hll ? ", visitors" : "",
-	    hll ? ", coalesce(hll_add_agg(hll_hash_text(client_id::text)) FILTER (WHERE NOT is_bot),"
+	snprintf(sql, n, ROLLUP_SQL_FMT, hll ? ", visitors" : "",
+	    hll ? ", coalesce((SELECT hll_add_agg(hll_hash_text(c)) FROM unnest(clients) AS c),"
 	          " hll_empty())" : "",
 	    hll ? ", visitors = hll_union(t.visitors, EXCLUDED.visitors)" : "",
 	    hll ? "" : exact);
@@ -246,8 +214,11 @@ loader_connect(struct loader *l, char *errstr, size_t errstr_size)
 		errstr_set(errstr, errstr_size, "out of memory");
 		goto fail;
 	}
-	if (exec_ok(l, "CREATE TEMP TABLE ingest_stage (LIKE visit_record INCLUDING DEFAULTS)"
-	    " ON COMMIT DELETE ROWS", errstr, errstr_size) < 0)
+	if (exec_ok(l, "CREATE TEMP TABLE ingest_hour (url_link_id bigint, hour timestamptz,"
+	    " visits bigint, bot_visits bigint, first_visit timestamptz, last_visit timestamptz,"
+	    " clients text[]) ON COMMIT DELETE ROWS; CREATE TEMP TABLE ingest_orphan (unique_code"
+	    " text, day date, visits bigint, bot_visits bigint) ON COMMIT DELETE ROWS",
+	    errstr, errstr_size) < 0)
 		goto fail;
 	/* Partitions ahead of time: this month and the next two. */
 	if (exec_ok(l, "SELECT visit_record_ensure_partition(now() + make_interval(months => i))"
@@ -268,10 +239,9 @@ loader_uses_hll(struct loader *l)
 }
 
 static int
-copy_rows(struct loader *l, const struct batch *b, char *errstr, size_t errstr_size)
+copy_begin(struct loader *l, const char *sql, char *errstr, size_t errstr_size)
 {
-	PGresult *r = PQexec(l->conn, "COPY ingest_stage (" BATCH_COPY_COLUMNS ") FROM STDIN");
-	int rc = 0;
+	PGresult *r = PQexec(l->conn, sql);
 
 	if (PQresultStatus(r) != PGRES_COPY_IN) {
 		set_pg_error(l->conn, r, "COPY", errstr, errstr_size);
@@ -279,14 +249,28 @@ copy_rows(struct loader *l, const struct batch *b, char *errstr, size_t errstr_s
 		return -1;
 	}
 	PQclear(r);
-	for (size_t off = 0; off < b->copy_len; off += COPY_CHUNK) {
-		size_t n = b->copy_len - off < COPY_CHUNK ? b->copy_len - off : COPY_CHUNK;
-		if (PQputCopyData(l->conn, b->copy + off, (int)n) != 1) {
+	return 0;
+}
+
+static int
+copy_put(struct loader *l, const char *data, size_t len, char *errstr, size_t errstr_size)
+{
+	for (size_t off = 0; off < len; off += COPY_CHUNK) {
+		size_t n = len - off < COPY_CHUNK ? len - off : COPY_CHUNK;
+		if (PQputCopyData(l->conn, data + off, (int)n) != 1) {
 			set_pg_error(l->conn, NULL, "COPY data", errstr, errstr_size);
-			rc = -1;
-			break;
+			return -1;
 		}
 	}
+	return 0;
+}
+
+/* Ends the COPY (aborting it when rc is -1); returns 0 or -1. */
+static int
+copy_end(struct loader *l, int rc, char *errstr, size_t errstr_size)
+{
+	PGresult *r;
+
 	if (PQputCopyEnd(l->conn, rc ? "client error" : NULL) != 1 && rc == 0) {
 		set_pg_error(l->conn, NULL, "COPY end", errstr, errstr_size);
 		rc = -1;
@@ -299,6 +283,138 @@ copy_rows(struct loader *l, const struct batch *b, char *errstr, size_t errstr_s
 		PQclear(r);
 	}
 	return rc;
+}
+
+/* COPY of a whole buffer. */
+static int
+copy_buf(struct loader *l, const char *sql, const struct batch_buf *buf, char *errstr,
+         size_t errstr_size)
+{
+	if (copy_begin(l, sql, errstr, errstr_size) < 0)
+		return -1;
+	return copy_end(l, copy_put(l, buf->data, buf->len, errstr, errstr_size), errstr,
+	    errstr_size);
+}
+
+/* COPY of the visit_record rows i of b with keep[i] set (keep NULL: all). */
+static int
+copy_rows(struct loader *l, const struct batch *b, const unsigned char *keep, char *errstr,
+          size_t errstr_size)
+{
+	int rc = 0;
+	size_t i = 0;
+
+	if (copy_begin(l, "COPY visit_record (" BATCH_COPY_COLUMNS ") FROM STDIN", errstr,
+	    errstr_size) < 0)
+		return -1;
+	while (rc == 0 && i < b->rows) {
+		size_t j, from, to;
+
+		if (keep && !keep[i]) {
+			i++;
+			continue;
+		}
+		for (j = i + 1; j < b->rows && (keep == NULL || keep[j]); j++)
+			;
+		from = b->row[i].copy_off;
+		to = j == b->rows ? b->copy.len : b->row[j].copy_off;
+		rc = copy_put(l, b->copy.data + from, to - from, errstr, errstr_size);
+		i = j;
+	}
+	return copy_end(l, rc, errstr, errstr_size);
+}
+
+static const struct batch_row *sort_rows; /* qsort context: only the worker sorts */
+
+static int
+cmp_key(const struct batch_row *a, const struct batch_row *b)
+{
+	if (a->id != b->id)
+		return a->id < b->id ? -1 : 1;
+	if (a->ts_us != b->ts_us)
+		return a->ts_us < b->ts_us ? -1 : 1;
+	return 0;
+}
+
+static int
+cmp_idx(const void *x, const void *y)
+{
+	size_t i = *(const size_t *)x, j = *(const size_t *)y;
+	int c = cmp_key(&sort_rows[i], &sort_rows[j]);
+
+	return c ? c : (i < j ? -1 : i > j);
+}
+
+/* Decides which rows to insert: keep[i] = 0 for a key (id, visit_time)
+ * already in visit_record (one index probe per id, as one statement) or
+ * earlier in the same batch. Returns the number kept, or -1. A row stored
+ * by another transaction after the probe makes the COPY fail on the primary
+ * key: the batch rolls back and is retried, and the probe then sees it. */
+static long long
+find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, char *errstr,
+              size_t errstr_size)
+{
+	size_t *idx = malloc(b->rows * sizeof(*idx));
+	char *ids = NULL, lo[40], hi[40];
+	size_t cap = b->rows * 21 + 3, len = 1;
+	const char *params[3];
+	PGresult *r;
+	long long kept = 0;
+
+	if (idx == NULL || (ids = malloc(cap)) == NULL) {
+		free(idx);
+		errstr_set(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < b->rows; i++)
+		idx[i] = i;
+	sort_rows = b->row;
+	qsort(idx, b->rows, sizeof(*idx), cmp_idx);
+	ids[0] = '{';
+	for (size_t k = 0; k < b->rows; k++) {
+		const struct batch_row *row = &b->row[idx[k]];
+		keep[idx[k]] = k == 0 || cmp_key(&b->row[idx[k - 1]], row) != 0;
+		if (k == 0 || b->row[idx[k - 1]].id != row->id)
+			len += (size_t)snprintf(ids + len, cap - len, "%s%lld", len > 1 ? "," : "",
+			    (long long)row->id);
+	}
+	snprintf(ids + len, cap - len, "}");
+	batch_format_ts(b->min_ts_us, lo, sizeof(lo), NULL);
+	batch_format_ts(b->max_ts_us, hi, sizeof(hi), NULL);
+	params[0] = ids;
+	params[1] = lo;
+	params[2] = hi;
+	r = PQexecParams(l->conn, "SELECT id, (extract(epoch FROM visit_time) * 1000000)::bigint"
+	    " FROM visit_record WHERE id = ANY ($1::bigint[]) AND visit_time BETWEEN $2 AND $3",
+	    3, NULL, params, NULL, NULL, 0);
+	free(ids);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		set_pg_error(l->conn, r, "probe stored ids", errstr, errstr_size);
+		PQclear(r);
+		free(idx);
+		return -1;
+	}
+	for (int t = 0; t < PQntuples(r); t++) {
+		struct batch_row key;
+		size_t lo_i = 0, hi_i = b->rows;
+
+		key.id = strtoll(PQgetvalue(r, t, 0), NULL, 10);
+		key.ts_us = strtoll(PQgetvalue(r, t, 1), NULL, 10);
+		while (lo_i < hi_i) { /* first row with a key >= the stored one */
+			size_t mid = lo_i + (hi_i - lo_i) / 2;
+			if (cmp_key(&b->row[idx[mid]], &key) < 0)
+				lo_i = mid + 1;
+			else
+				hi_i = mid;
+		}
+		for (; lo_i < b->rows && cmp_key(&b->row[idx[lo_i]], &key) == 0; lo_i++)
+			keep[idx[lo_i]] = 0;
+	}
+	PQclear(r);
+	free(idx);
+	for (size_t i = 0; i < b->rows; i++)
+		kept += keep[i];
+	return kept;
 }
 
 static int
@@ -407,11 +523,36 @@ mono_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* Every COMPACT_INTERVAL_MS, after a commit: folds link_day_dim_batch into
+ * link_day_dim_row (its own transaction; sums unchanged, so a failure only
+ * logs and waits for the next turn). */
+static void
+maybe_compact(struct loader *l)
+{
+	double t0 = mono_ms();
+	PGresult *r;
+
+	if (t0 - l->last_compact_ms < COMPACT_INTERVAL_MS)
+		return;
+	l->last_compact_ms = t0;
+	r = PQexec(l->conn, "SELECT link_day_dim_compact()");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		char err[512];
+		set_pg_error(l->conn, r, "link_day_dim_compact", err, sizeof(err));
+		log_warnx("%s (retried in %.0f s)", err, COMPACT_INTERVAL_MS / 1000);
+	} else {
+		log_info("link_day_dim: %s batch rows compacted in %.0f ms", PQgetvalue(r, 0, 0),
+		    mono_ms() - t0);
+	}
+	PQclear(r);
+}
+
 static int
 load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
      size_t errstr_size)
 {
-	double t0 = mono_ms(), t1 = t0, t2 = t0;
+	double t0 = mono_ms(), t1 = t0, t2 = t0, t3 = t0, t4 = t0, tc = t0;
+	unsigned char *keep = NULL;
 	int32_t pending[64];
 	size_t npending = 0;
 	int64_t *next = NULL;
@@ -430,21 +571,45 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 			pending[npending++] = b->months[i];
 	}
 	if (b->rows > 0) {
+		long long kept;
 		PGresult *r;
 
-		if (copy_rows(l, b, errstr, errstr_size) < 0)
-			goto fail;
-		t1 = mono_ms();
-		r = PQexec(l->conn, l->insert_sql);
-		t2 = mono_ms();
-		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-			set_pg_error(l->conn, r, "insert visits and rollups", errstr, errstr_size);
-			PQclear(r);
+		if ((keep = malloc(b->rows)) == NULL) {
+			errstr_set(errstr, errstr_size, "out of memory");
 			goto fail;
 		}
-		res->inserted = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+		if ((kept = find_new_rows(l, b, keep, errstr, errstr_size)) < 0)
+			goto fail;
+		t1 = mono_ms();
+		res->inserted = (uint64_t)kept;
 		res->duplicates = b->rows - res->inserted;
-		PQclear(r);
+		if (kept > 0) {
+			const unsigned char *k = (size_t)kept == b->rows ? NULL : keep;
+			if (copy_rows(l, b, k, errstr, errstr_size) < 0)
+				goto fail;
+			t2 = mono_ms();
+			if (rollup_build(l->roll, b, k) < 0) {
+				errstr_set(errstr, errstr_size, "out of memory");
+				goto fail;
+			}
+			tc = mono_ms();
+			if (copy_buf(l, "COPY link_day_dim_batch (" ROLLUP_DAY_DIM_COLUMNS ") FROM STDIN",
+			    rollup_day_dim(l->roll), errstr, errstr_size) < 0 ||
+			    copy_buf(l, "COPY ingest_hour (" ROLLUP_HOUR_COLUMNS ") FROM STDIN",
+			    rollup_hour(l->roll), errstr, errstr_size) < 0 ||
+			    copy_buf(l, "COPY ingest_orphan (" ROLLUP_ORPHAN_COLUMNS ") FROM STDIN",
+			    rollup_orphan(l->roll), errstr, errstr_size) < 0)
+				goto fail;
+			t3 = mono_ms();
+			r = PQexec(l->conn, l->insert_sql);
+			if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+				set_pg_error(l->conn, r, "rollups", errstr, errstr_size);
+				PQclear(r);
+				goto fail;
+			}
+			PQclear(r);
+			t4 = mono_ms();
+		}
 	}
 	if (insert_rejects(l, b, errstr, errstr_size) < 0)
 		goto fail;
@@ -462,12 +627,16 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 	if (exec_ok(l, "COMMIT", errstr, errstr_size) < 0)
 		goto fail;
 	free(next);
+	free(keep);
 	for (size_t i = 0; i < npending; i++)
 		remember_month(l, pending[i]);
-	log_debug("loaded %zu rows: COPY %.1f ms, insert and rollups %.1f ms, total %.1f ms",
-	    b->rows, t1 - t0, t2 - t1, mono_ms() - t0);
+	maybe_compact(l);
+	log_debug("loaded %zu rows (%llu new): probe %.1f ms, COPY visit_record %.1f ms, rollups"
+	    " in C %.1f ms, COPY rollups %.1f ms, link_hour/total/orphan upserts %.1f ms, total %.1f ms", b->rows,
+	    (unsigned long long)res->inserted, t1 - t0, t2 - t1, tc - t2, t3 - tc, t4 - t3, mono_ms() - t0);
 	return 0;
 fail:
+	free(keep);
 	free(next);
 	rollback(l);
 	return -1;
@@ -597,10 +766,20 @@ loader_new(const char *dsn, const char *group, const char *topic, char *errstr,
 		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
+	if ((l->roll = rollup_new()) == NULL) {
+		free(l->dsn);
+		free(l->group);
+		free(l->topic);
+		free(l);
+		errstr_set(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	l->last_compact_ms = mono_ms();
 	pthread_mutex_init(&l->mtx, NULL);
 	pthread_cond_init(&l->cond, NULL);
 	if (pthread_create(&l->thread, NULL, worker, l) != 0) {
 		errstr_set(errstr, errstr_size, "pthread_create failed");
+		rollup_free(l->roll);
 		pthread_mutex_destroy(&l->mtx);
 		pthread_cond_destroy(&l->cond);
 		free(l->dsn);
@@ -673,6 +852,7 @@ loader_free(struct loader *l)
 	pthread_cond_destroy(&l->cond);
 	drop_conn(l);
 	free(l->insert_sql);
+	rollup_free(l->roll);
 	free(l->known_months);
 	free(l->dsn);
 	free(l->group);
