@@ -4,9 +4,10 @@ redirector (visit events on, to the dev broker) and against nginx serving
 redirector/nginx >= 0.9, nginx with access_log off: the headline), then nginx
 again with buffered access logging (the redirector records every request
 too), CPU time per request of each process during its run (redirector,
-devbroker, nginx, wrk) and the producer counters. LP_BENCH_PERF=FILE records
-a perf profile of the redirector during its run; LP_BENCH_SET="name=value,..."
-overrides redirector settings (experiments)."""
+devbroker, nginx, wrk) and the producer counters. The redirector and nginx
+runs alternate (LP_BENCH_ROUNDS, 2) and the headline takes each side's best.
+LP_BENCH_PERF=FILE records a perf profile of the redirector during its first
+run; LP_BENCH_SET="name=value,..." overrides redirector settings."""
 import json
 import os
 import re
@@ -144,7 +145,10 @@ def run(bin_dir, work):
         "pg_dsn": pg.dsn, "redis_url": redis.url, "listen_port": port,
         "base_url": "http://s.bench", "log_level": "info", "kafka_bootstrap": broker.bootstrap,
         "kafka_topic": broker.topic, "spool_dir": os.path.join(work, "spool"),
-        "pool_low_water": 100, "pool_batch": 200, "shutdown_flush_ms": 30000}
+        "pool_low_water": 100, "pool_batch": 200, "shutdown_flush_ms": 30000,
+        # 50 ms batches: 5 ms costs about 10 µs of CPU per event on the
+        # librdkafka and broker threads (README, "Redirects and visit events")
+        "kafka_linger_ms": 50}
     for kv in filter(None, os.environ.get("LP_BENCH_SET", "").split(",")):
         k, v = kv.split("=", 1)
         settings[k] = v
@@ -184,21 +188,32 @@ def run(bin_dir, work):
                                     ["-o", os.environ["LP_BENCH_PERF"],
                                      "-p", str(red.proc.pid), "--", "sleep", "9"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        r_rps, r_p99, r_bad, r_cpu = measured(base + "/", script, procs)
-        if perf is not None:
-            perf.wait()
-        n_rps, n_p99, n_bad, n_cpu = measured(f"http://127.0.0.1:{ngx_port}/", script,
-                                              {"nginx": nginx.pid})
+        # Alternate redirector and nginx runs so that a burst of load from
+        # other users of the machine does not land on one side only; the
+        # headline takes each side's best run.
+        rounds = int(os.environ.get("LP_BENCH_ROUNDS", "2"))
+        reds, ngxs = [], []
+        for i in range(rounds):
+            reds.append(measured(base + "/", script, procs))
+            if perf is not None:
+                perf.wait()
+                perf = None
+            ngxs.append(measured(f"http://127.0.0.1:{ngx_port}/", script, {"nginx": nginx.pid}))
         stop_nginx(nginx)
         nginx, ngx_port = start_nginx(work, "nginx-log", "access_log %s/access.log combined "
                                       "buffer=64k flush=1s;" % work)
         l_rps, l_p99, l_bad, l_cpu = measured(f"http://127.0.0.1:{ngx_port}/", script,
                                               {"nginx": nginx.pid})
+        r_rps, r_p99, r_bad, r_cpu = max(reds, key=lambda m: m[0])
+        n_rps, n_p99, n_bad, n_cpu = max(ngxs, key=lambda m: m[0])
         print(f"redirect_rps {r_rps:.0f}  (redirector GET /{{code}} over 16 codes, events on; "
-              f"wrk -t2 -c64 -d10s, p99 {r_p99:.2f} ms, non-3xx {r_bad})", flush=True)
+              f"wrk -t2 -c64 -d10s, p99 {r_p99:.2f} ms, non-3xx {r_bad}; best of "
+              f"{' '.join(f'{m[0]:.0f}' for m in reds)})", flush=True)
         print(f"nginx_302_rps {n_rps:.0f}  (nginx-light return 302, 2 workers, access_log off; "
-              f"p99 {n_p99:.2f} ms, non-3xx {n_bad})", flush=True)
-        print(f"redirect_vs_nginx_ratio {r_rps / n_rps:.2f}  (target >= 0.9)", flush=True)
+              f"p99 {n_p99:.2f} ms, non-3xx {n_bad}; best of "
+              f"{' '.join(f'{m[0]:.0f}' for m in ngxs)})", flush=True)
+        print(f"redirect_vs_nginx_ratio {r_rps / n_rps:.2f}  (target >= 0.9; per round "
+              f"{' '.join(f'{a[0] / b[0]:.2f}' for a, b in zip(reds, ngxs))})", flush=True)
         print(f"nginx_302_logged_rps {l_rps:.0f}  (same nginx with access_log combined "
               f"buffer=64k flush=1s; p99 {l_p99:.2f} ms, non-3xx {l_bad}; not the headline)",
               flush=True)
@@ -208,6 +223,12 @@ def run(bin_dir, work):
         print(f"nginx_cpu_us_per_req  {cpu_text(n_cpu)}  (2 cores = "
               f"{2e6 / n_rps:.1f} µs available)", flush=True)
         print(f"nginx_logged_cpu_us_per_req  {cpu_text(l_cpu)}", flush=True)
+        # With both cores busy, req/s goes as 1 / (CPU per request of the
+        # server and wrk): a ratio that other users' load disturbs less.
+        r_tot = [sum(m[3].values()) for m in reds]
+        n_tot = [sum(m[3].values()) for m in ngxs]
+        print(f"cpu_bound_ratio_estimate {min(n_tot) / min(r_tot):.2f}  ((nginx + wrk) / "
+              f"(redirector + devbroker + wrk) CPU per request, lowest of each)", flush=True)
         print(f"load_average before {' '.join(f'{x:.2f}' for x in load_before)}, after "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}  (1/5/15 min; 2 cores, shared)",
               flush=True)
