@@ -379,6 +379,7 @@ batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t offset
 	row = &b->row[b->rows];
 	row->id = ev.id;
 	row->ts_us = ev.ts;
+	row->partition = partition;
 	row->copy_off = mark;
 	row->roll_off = rmark;
 	if (ev.ts < b->min_ts_us)

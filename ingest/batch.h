@@ -27,6 +27,7 @@
 struct batch_row {
 	int64_t id;                 /* visit_record.id */
 	int64_t ts_us;              /* visit_time, microseconds since the epoch */
+	int32_t partition;          /* Kafka partition of the message */
 	size_t copy_off;            /* start of the row in copy (ends at the next row's) */
 	size_t roll_off;            /* start of the row in roll */
 };

@@ -18,6 +18,9 @@
 /* How often link_day_dim_compact() folds the per-batch link_day_dim rows
  * (0007) into one row per key, on the loader's connection between batches. */
 #define COMPACT_INTERVAL_MS 60000.0
+/* Connections loading one batch at once, each for the partitions
+ * p % LANES == lane (2: the cores of a small server; see README). */
+#define LANES 2
 
 struct loader {
 	char *dsn, *group, *topic;
@@ -26,6 +29,9 @@ struct loader {
 	char *insert_sql;          /* owned, built at connect */
 	struct rollup *roll;       /* owned: the current batch's rollups */
 	double last_compact_ms;    /* monotonic ms of the last compaction (or start) */
+	struct loader *peer;       /* owned: lane 1 (its own connection), or NULL in
+	                            * the peer itself */
+	int lanes, lane;           /* this load takes partitions p % lanes == lane */
 	int32_t *known_months;     /* months whose partition exists (this connection) */
 	size_t nknown, known_cap;
 
@@ -324,10 +330,14 @@ copy_rows(struct loader *l, const struct batch *b, const unsigned char *keep, ch
 	return copy_end(l, rc, errstr, errstr_size);
 }
 
-static const struct batch_row *sort_rows; /* qsort context: only the worker sorts */
+/* A row's key and index, sorted to find repeated and stored keys. */
+struct row_key {
+	int64_t id, ts_us;
+	size_t i;
+};
 
 static int
-cmp_key(const struct batch_row *a, const struct batch_row *b)
+cmp_key(const struct row_key *a, const struct row_key *b)
 {
 	if (a->id != b->id)
 		return a->id < b->id ? -1 : 1;
@@ -337,12 +347,19 @@ cmp_key(const struct batch_row *a, const struct batch_row *b)
 }
 
 static int
-cmp_idx(const void *x, const void *y)
+cmp_row_key(const void *x, const void *y)
 {
-	size_t i = *(const size_t *)x, j = *(const size_t *)y;
-	int c = cmp_key(&sort_rows[i], &sort_rows[j]);
+	const struct row_key *a = x, *b = y;
+	int c = cmp_key(a, b);
 
-	return c ? c : (i < j ? -1 : i > j);
+	return c ? c : (a->i < b->i ? -1 : a->i > b->i);
+}
+
+/* Whether row i (or a reject, or an offset, of partition p) is this lane's. */
+static int
+mine(const struct loader *l, int32_t p)
+{
+	return p % l->lanes == l->lane;
 }
 
 /* Decides which rows to insert: keep[i] = 0 for a key (id, visit_time)
@@ -354,29 +371,38 @@ static long long
 find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, char *errstr,
               size_t errstr_size)
 {
-	size_t *idx = malloc(b->rows * sizeof(*idx));
+	struct row_key *k = malloc((b->rows ? b->rows : 1) * sizeof(*k));
 	char *ids = NULL, lo[40], hi[40];
-	size_t cap = b->rows * 21 + 3, len = 1;
+	size_t cap = b->rows * 21 + 3, len = 1, n = 0;
 	const char *params[3];
 	PGresult *r;
 	long long kept = 0;
 
-	if (idx == NULL || (ids = malloc(cap)) == NULL) {
-		free(idx);
+	if (k == NULL || (ids = malloc(cap)) == NULL) {
+		free(k);
 		errstr_set(errstr, errstr_size, "out of memory");
 		return -1;
 	}
-	for (size_t i = 0; i < b->rows; i++)
-		idx[i] = i;
-	sort_rows = b->row;
-	qsort(idx, b->rows, sizeof(*idx), cmp_idx);
+	for (size_t i = 0; i < b->rows; i++) {
+		keep[i] = 0;
+		if (!mine(l, b->row[i].partition))
+			continue;
+		k[n].id = b->row[i].id;
+		k[n].ts_us = b->row[i].ts_us;
+		k[n++].i = i;
+	}
+	if (n == 0) {
+		free(k);
+		free(ids);
+		return 0;
+	}
+	qsort(k, n, sizeof(*k), cmp_row_key);
 	ids[0] = '{';
-	for (size_t k = 0; k < b->rows; k++) {
-		const struct batch_row *row = &b->row[idx[k]];
-		keep[idx[k]] = k == 0 || cmp_key(&b->row[idx[k - 1]], row) != 0;
-		if (k == 0 || b->row[idx[k - 1]].id != row->id)
+	for (size_t j = 0; j < n; j++) {
+		keep[k[j].i] = j == 0 || cmp_key(&k[j - 1], &k[j]) != 0;
+		if (j == 0 || k[j - 1].id != k[j].id)
 			len += (size_t)snprintf(ids + len, cap - len, "%s%lld", len > 1 ? "," : "",
-			    (long long)row->id);
+			    (long long)k[j].id);
 	}
 	snprintf(ids + len, cap - len, "}");
 	batch_format_ts(b->min_ts_us, lo, sizeof(lo), NULL);
@@ -391,27 +417,27 @@ find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, char
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		set_pg_error(l->conn, r, "probe stored ids", errstr, errstr_size);
 		PQclear(r);
-		free(idx);
+		free(k);
 		return -1;
 	}
 	for (int t = 0; t < PQntuples(r); t++) {
-		struct batch_row key;
-		size_t lo_i = 0, hi_i = b->rows;
+		struct row_key key;
+		size_t lo_i = 0, hi_i = n;
 
 		key.id = strtoll(PQgetvalue(r, t, 0), NULL, 10);
 		key.ts_us = strtoll(PQgetvalue(r, t, 1), NULL, 10);
 		while (lo_i < hi_i) { /* first row with a key >= the stored one */
 			size_t mid = lo_i + (hi_i - lo_i) / 2;
-			if (cmp_key(&b->row[idx[mid]], &key) < 0)
+			if (cmp_key(&k[mid], &key) < 0)
 				lo_i = mid + 1;
 			else
 				hi_i = mid;
 		}
-		for (; lo_i < b->rows && cmp_key(&b->row[idx[lo_i]], &key) == 0; lo_i++)
-			keep[idx[lo_i]] = 0;
+		for (; lo_i < n && cmp_key(&k[lo_i], &key) == 0; lo_i++)
+			keep[k[lo_i].i] = 0;
 	}
 	PQclear(r);
-	free(idx);
+	free(k);
 	for (size_t i = 0; i < b->rows; i++)
 		kept += keep[i];
 	return kept;
@@ -422,6 +448,8 @@ insert_rejects(struct loader *l, const struct batch *b, char *errstr, size_t err
 {
 	for (size_t i = 0; i < b->nrejects; i++) {
 		const struct batch_reject *rj = &b->rejects[i];
+		if (!mine(l, rj->partition))
+			continue;
 		char part[16], off[24];
 		const char *params[5] = { l->topic, part, off, (const char *)rj->raw, rj->reason };
 		int lens[5] = { 0, 0, 0, (int)rj->raw_len, 0 };
@@ -523,6 +551,22 @@ mono_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+struct rollup_job {
+	struct rollup *roll;
+	const struct batch *b;
+	const unsigned char *keep;
+	int rc;
+};
+
+static void *
+rollup_thread(void *arg)
+{
+	struct rollup_job *j = arg;
+
+	j->rc = rollup_build(j->roll, j->b, j->keep);
+	return NULL;
+}
+
 /* Every COMPACT_INTERVAL_MS, after a commit: folds link_day_dim_batch into
  * link_day_dim_row (its own transaction; sums unchanged, so a failure only
  * logs and waits for the next turn). */
@@ -551,13 +595,25 @@ static int
 load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
      size_t errstr_size)
 {
-	double t0 = mono_ms(), t1 = t0, t2 = t0, t3 = t0, t4 = t0, tc = t0;
+	double t0 = mono_ms(), t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0, tc = t0;
+	int crc;
 	unsigned char *keep = NULL;
 	int32_t pending[64];
 	size_t npending = 0;
 	int64_t *next = NULL;
+	int32_t *parts = NULL;
+	int32_t ntouched = 0;
+	size_t nrows = 0, nrejects = 0;
 
 	memset(res, 0, sizeof(*res));
+	for (int32_t i = 0; i < b->ntouched; i++)
+		ntouched += mine(l, b->touched[i]);
+	if (ntouched == 0)
+		return 0; /* nothing of this lane's partitions in the batch */
+	for (size_t i = 0; i < b->rows; i++)
+		nrows += mine(l, b->row[i].partition);
+	for (size_t i = 0; i < b->nrejects; i++)
+		nrejects += mine(l, b->rejects[i].partition);
 	if (loader_connect(l, errstr, errstr_size) < 0)
 		return -1;
 	if (exec_ok(l, "BEGIN", errstr, errstr_size) < 0)
@@ -570,7 +626,7 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 		if (npending < sizeof(pending) / sizeof(pending[0]))
 			pending[npending++] = b->months[i];
 	}
-	if (b->rows > 0) {
+	if (nrows > 0) {
 		long long kept;
 		PGresult *r;
 
@@ -582,17 +638,29 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 			goto fail;
 		t1 = mono_ms();
 		res->inserted = (uint64_t)kept;
-		res->duplicates = b->rows - res->inserted;
+		res->duplicates = nrows - res->inserted;
 		if (kept > 0) {
 			const unsigned char *k = (size_t)kept == b->rows ? NULL : keep;
-			if (copy_rows(l, b, k, errstr, errstr_size) < 0)
-				goto fail;
+			/* the rollups are computed on another thread while the server
+			 * stores the visits */
+			struct rollup_job job = { l->roll, b, k, 0 };
+			pthread_t th;
+			int threaded = pthread_create(&th, NULL, rollup_thread, &job) == 0;
+
+			if (!threaded)
+				rollup_thread(&job);
+			crc = copy_rows(l, b, k, errstr, errstr_size);
 			t2 = mono_ms();
-			if (rollup_build(l->roll, b, k) < 0) {
+			if (threaded)
+				pthread_join(th, NULL);
+			tc = mono_ms();
+			if (crc < 0)
+				goto fail;
+			if (job.rc < 0) {
 				errstr_set(errstr, errstr_size, "out of memory");
 				goto fail;
 			}
-			tc = mono_ms();
+			t3 = mono_ms();
 			if (copy_buf(l, "COPY link_day_dim_batch (" ROLLUP_DAY_DIM_COLUMNS ") FROM STDIN",
 			    rollup_day_dim(l->roll), errstr, errstr_size) < 0 ||
 			    copy_buf(l, "COPY ingest_hour (" ROLLUP_HOUR_COLUMNS ") FROM STDIN",
@@ -600,7 +668,7 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 			    copy_buf(l, "COPY ingest_orphan (" ROLLUP_ORPHAN_COLUMNS ") FROM STDIN",
 			    rollup_orphan(l->roll), errstr, errstr_size) < 0)
 				goto fail;
-			t3 = mono_ms();
+			t4 = mono_ms();
 			r = PQexec(l->conn, l->insert_sql);
 			if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 				set_pg_error(l->conn, r, "rollups", errstr, errstr_size);
@@ -608,45 +676,100 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 				goto fail;
 			}
 			PQclear(r);
-			t4 = mono_ms();
+			t5 = mono_ms();
 		}
 	}
 	if (insert_rejects(l, b, errstr, errstr_size) < 0)
 		goto fail;
-	res->rejects = b->nrejects;
-	if (b->ntouched > 0) {
-		if ((next = malloc((size_t)b->ntouched * sizeof(*next))) == NULL) {
-			errstr_set(errstr, errstr_size, "out of memory");
-			goto fail;
-		}
-		for (int32_t i = 0; i < b->ntouched; i++)
-			next[i] = b->next_offset[b->touched[i]];
-		if (store_offsets(l, b->touched, next, b->ntouched, 0, errstr, errstr_size) < 0)
-			goto fail;
+	res->rejects = nrejects;
+	if ((next = malloc((size_t)ntouched * sizeof(*next))) == NULL ||
+	    (parts = malloc((size_t)ntouched * sizeof(*parts))) == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		goto fail;
 	}
+	ntouched = 0;
+	for (int32_t i = 0; i < b->ntouched; i++) {
+		if (!mine(l, b->touched[i]))
+			continue;
+		parts[ntouched] = b->touched[i];
+		next[ntouched++] = b->next_offset[b->touched[i]];
+	}
+	if (store_offsets(l, parts, next, ntouched, 0, errstr, errstr_size) < 0)
+		goto fail;
 	if (exec_ok(l, "COMMIT", errstr, errstr_size) < 0)
 		goto fail;
 	free(next);
+	free(parts);
 	free(keep);
 	for (size_t i = 0; i < npending; i++)
 		remember_month(l, pending[i]);
-	maybe_compact(l);
-	log_debug("loaded %zu rows (%llu new): probe %.1f ms, COPY visit_record %.1f ms, rollups"
-	    " in C %.1f ms, COPY rollups %.1f ms, link_hour/total/orphan upserts %.1f ms, total %.1f ms", b->rows,
-	    (unsigned long long)res->inserted, t1 - t0, t2 - t1, tc - t2, t3 - tc, t4 - t3, mono_ms() - t0);
+	if (l->peer)
+		maybe_compact(l);
+	log_debug("loaded %zu rows (%llu new): probe %.1f ms, COPY visit_record %.1f ms (rollups"
+	    " in C on a thread meanwhile, then waited %.1f ms), COPY rollups %.1f ms,"
+	    " link_hour/total/orphan upserts %.1f ms, total %.1f ms", b->rows,
+	    (unsigned long long)res->inserted, t1 - t0, t2 - t1, tc - t2, t4 - t3, t5 - t4,
+	    mono_ms() - t0);
 	return 0;
 fail:
 	free(keep);
 	free(next);
+	free(parts);
 	rollback(l);
 	return -1;
+}
+
+struct lane_job {
+	struct loader *l;
+	struct batch *b;
+	struct loader_result res;
+	int rc;
+	char err[512];
+};
+
+static void *
+lane_thread(void *arg)
+{
+	struct lane_job *j = arg;
+
+	j->rc = load(j->l, j->b, &j->res, j->err, sizeof(j->err));
+	return NULL;
+}
+
+/* Loads b over two connections at once: partitions p % 2 == 0 here, the
+ * others on the peer, each in its own transaction with its own partitions'
+ * offsets (so each half is exactly once by itself; when one fails, the
+ * caller re-seeks to the stored offsets and only that half comes again). */
+static int
+load_lanes(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
+           size_t errstr_size)
+{
+	struct lane_job j1 = { l->peer, b, { 0, 0, 0 }, 0, "" };
+	pthread_t th;
+	int threaded = pthread_create(&th, NULL, lane_thread, &j1) == 0;
+	int rc;
+
+	if (!threaded)
+		lane_thread(&j1);
+	rc = load(l, b, res, errstr, errstr_size);
+	if (threaded)
+		pthread_join(th, NULL);
+	if (j1.rc < 0) {
+		if (rc == 0)
+			errstr_set(errstr, errstr_size, "%s", j1.err);
+		rc = -1;
+	}
+	res->inserted += j1.res.inserted;
+	res->duplicates += j1.res.duplicates;
+	res->rejects += j1.res.rejects;
+	return rc;
 }
 
 int
 loader_load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
             size_t errstr_size)
 {
-	return load(l, b, res, errstr, errstr_size);
+	return load_lanes(l, b, res, errstr, errstr_size);
 }
 
 int
@@ -738,7 +861,7 @@ worker(void *arg)
 		pthread_mutex_unlock(&l->mtx);
 		struct loader_result res;
 		char err[512] = "";
-		int rc = load(l, b, &res, err, sizeof(err));
+		int rc = load_lanes(l, b, &res, err, sizeof(err));
 		pthread_mutex_lock(&l->mtx);
 		l->job_rc = rc;
 		l->job_res = res;
@@ -750,42 +873,63 @@ worker(void *arg)
 	return NULL;
 }
 
+/* Closes the connections and frees what l (and its peer) own; no thread. */
+static void
+loader_release(struct loader *l)
+{
+	if (l == NULL)
+		return;
+	loader_release(l->peer);
+	drop_conn(l);
+	free(l->insert_sql);
+	rollup_free(l->roll);
+	free(l->known_months);
+	free(l->dsn);
+	free(l->group);
+	free(l->topic);
+	free(l);
+}
+
+/* A loader without a worker thread (the peer, or the base of loader_new). */
+static struct loader *
+loader_alloc(const char *dsn, const char *group, const char *topic)
+{
+	struct loader *l = calloc(1, sizeof(*l));
+
+	if (l == NULL)
+		return NULL;
+	l->dsn = strdup(dsn);
+	l->group = strdup(group);
+	l->topic = strdup(topic);
+	l->roll = rollup_new();
+	l->lanes = LANES;
+	l->last_compact_ms = mono_ms();
+	if (l->dsn == NULL || l->group == NULL || l->topic == NULL || l->roll == NULL) {
+		loader_release(l);
+		return NULL;
+	}
+	return l;
+}
+
 struct loader *
 loader_new(const char *dsn, const char *group, const char *topic, char *errstr,
            size_t errstr_size)
 {
-	struct loader *l = calloc(1, sizeof(*l));
+	struct loader *l = loader_alloc(dsn, group, topic);
 
-	if (l == NULL || (l->dsn = strdup(dsn)) == NULL || (l->group = strdup(group)) == NULL ||
-	    (l->topic = strdup(topic)) == NULL) {
-		if (l) {
-			free(l->dsn);
-			free(l->group);
-		}
-		free(l);
+	if (l == NULL || (l->peer = loader_alloc(dsn, group, topic)) == NULL) {
+		loader_release(l);
 		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
-	if ((l->roll = rollup_new()) == NULL) {
-		free(l->dsn);
-		free(l->group);
-		free(l->topic);
-		free(l);
-		errstr_set(errstr, errstr_size, "out of memory");
-		return NULL;
-	}
-	l->last_compact_ms = mono_ms();
+	l->peer->lane = 1;
 	pthread_mutex_init(&l->mtx, NULL);
 	pthread_cond_init(&l->cond, NULL);
 	if (pthread_create(&l->thread, NULL, worker, l) != 0) {
 		errstr_set(errstr, errstr_size, "pthread_create failed");
-		rollup_free(l->roll);
 		pthread_mutex_destroy(&l->mtx);
 		pthread_cond_destroy(&l->cond);
-		free(l->dsn);
-		free(l->group);
-		free(l->topic);
-		free(l);
+		loader_release(l);
 		return NULL;
 	}
 	return l;
@@ -850,12 +994,5 @@ loader_free(struct loader *l)
 	pthread_join(l->thread, NULL);
 	pthread_mutex_destroy(&l->mtx);
 	pthread_cond_destroy(&l->cond);
-	drop_conn(l);
-	free(l->insert_sql);
-	rollup_free(l->roll);
-	free(l->known_months);
-	free(l->dsn);
-	free(l->group);
-	free(l->topic);
-	free(l);
+	loader_release(l);
 }
