@@ -11,6 +11,8 @@
 #include "render_json.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,23 +270,84 @@ render(const json_t *rep, const char *format, FILE *f, char *err, size_t errsz)
 	    err, errsz);
 }
 
-/* Writes doc to dir/name atomically (temporary file, then rename). */
+/* A buffer for the text of the file being rendered, reused from file to
+ * file; one per rendering thread. buf is owned (free it at the end). */
+struct writer {
+	char *buf;
+	size_t cap;
+};
+
+/* Renders doc as format into wr->buf (*len bytes): JSON straight from
+ * jansson, CSV and HTML through a memory stream. 0, or -1 with err. */
 static int
-write_file(const char *dir, const char *name, const json_t *doc, const char *format,
-           char *err, size_t errsz)
+render_mem(struct writer *wr, const json_t *doc, const char *format, size_t *len, char *err,
+           size_t errsz)
 {
-	char path[4096], tmp[4200];
+	char *text = NULL;
+	size_t size = 0;
 	FILE *f;
 	int rc;
 
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
-	if ((f = fopen(tmp, "w")) == NULL) {
-		errstr_set(err, errsz, "%s: %s", tmp, strerror(errno));
+	if (strcmp(format, "json") == 0)
+		return render_json_mem(doc, json_indent > 0 ? json_indent : 0, &wr->buf, &wr->cap, len,
+		    err, errsz);
+	if ((f = open_memstream(&text, &size)) == NULL) {
+		errstr_set(err, errsz, "out of memory");
 		return -1;
 	}
 	rc = render(doc, format, f, err, errsz);
 	if (fclose(f) != 0 && rc == 0) {
+		errstr_set(err, errsz, "out of memory");
+		rc = -1;
+	}
+	if (rc == 0 && size > wr->cap) {
+		char *nb = realloc(wr->buf, size);
+
+		if (nb == NULL) {
+			errstr_set(err, errsz, "out of memory");
+			rc = -1;
+		} else {
+			wr->buf = nb;
+			wr->cap = size;
+		}
+	}
+	if (rc == 0) {
+		memcpy(wr->buf, text, size);
+		*len = size;
+	}
+	free(text);
+	return rc;
+}
+
+/* Writes text to dir/name atomically (temporary file, one write(2), then
+ * rename; no fsync: a report can be written again). */
+static int
+write_text(const char *dir, const char *name, const char *text, size_t len, char *err,
+           size_t errsz)
+{
+	char path[4096], tmp[4200];
+	int fd, rc = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+		errstr_set(err, errsz, "%s: %s", tmp, strerror(errno));
+		return -1;
+	}
+	while (len > 0) {
+		ssize_t w = write(fd, text, len);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			errstr_set(err, errsz, "%s: %s", tmp, w < 0 ? strerror(errno) : "short write");
+			rc = -1;
+			break;
+		}
+		text += w;
+		len -= (size_t)w;
+	}
+	if (close(fd) != 0 && rc == 0) {
 		errstr_set(err, errsz, "%s: %s", tmp, strerror(errno));
 		rc = -1;
 	}
@@ -298,55 +361,198 @@ write_file(const char *dir, const char *name, const json_t *doc, const char *for
 }
 
 static int
+write_file(struct writer *wr, const char *dir, const char *name, const json_t *doc,
+           const char *format, char *err, size_t errsz)
+{
+	size_t len;
+
+	if (render_mem(wr, doc, format, &len, err, errsz) < 0)
+		return -1;
+	return write_text(dir, name, wr->buf, len, err, errsz);
+}
+
+static int
 has_visits(const json_t *rep, int exclude_bots)
 {
 	return model_total(rep, "visits") > 0 || (!exclude_bots && model_total(rep, "bot_visits") > 0);
 }
 
-/* Per-link files for ids, in rounds of batch links; adds each to index. */
+#define NAME_LEN 96   /* "link-" + code (at most 64) + ".html" + NUL */
+
+/* One round of --all/--tag: a thread of its own reads the reports of
+ * ids[0..m) and renders their files into memory while the main thread
+ * writes the previous round's files. */
+struct round {
+	struct query *q;
+	const struct args *a;
+	const long long *ids;
+	size_t m;
+	json_t **reps;        /* owned: m slots, used by the round's thread only */
+	struct writer wr;     /* the round thread's rendering buffer */
+	char *text;           /* owned: the files' texts, one after another */
+	size_t used, cap;
+	size_t *off, *len;    /* owned: file i is text[off[i]..+len[i]); len 0 = no file */
+	char *names;          /* owned: file name i at names + i * NAME_LEN */
+	json_t *index;        /* owned: { "links": [index entries of the files, in order] } */
+	int rc;
+	char err[1024];
+	pthread_t thread;
+	int started;
+};
+
+/* Renders report i of r into r->text (when it gets a file) and its index
+ * entry; 0, or -1 with r->err. */
+static int
+round_render(struct round *r, size_t i)
+{
+	const struct args *a = r->a;
+	char *name = r->names + i * NAME_LEN;
+	const char *code;
+	size_t len;
+
+	r->len[i] = 0;
+	if (r->reps[i] == NULL || !(a->include_empty || a->tag || has_visits(r->reps[i], a->exclude_bots)))
+		return 0;
+	code = json_string_value(json_object_get(json_object_get(r->reps[i], "link"), "code"));
+	snprintf(name, NAME_LEN, "link-%s.%s", code, a->format);
+	if (render_mem(&r->wr, r->reps[i], a->format, &len, r->err, sizeof(r->err)) < 0)
+		return -1;
+	if (r->used + len > r->cap) {
+		size_t ncap = (r->used + len) * 2;
+		char *nt = realloc(r->text, ncap);
+
+		if (nt == NULL) {
+			errstr_set(r->err, sizeof(r->err), "out of memory");
+			return -1;
+		}
+		r->text = nt;
+		r->cap = ncap;
+	}
+	memcpy(r->text + r->used, r->wr.buf, len);
+	r->off[i] = r->used;
+	r->len[i] = len;
+	r->used += len;
+	model_index_add(r->index, r->reps[i], name);
+	return 0;
+}
+
+static void *
+round_run(void *arg)
+{
+	struct round *r = arg;
+
+	r->used = 0;
+	if ((r->index = json_pack("{s:[]}", "links")) == NULL) {
+		errstr_set(r->err, sizeof(r->err), "out of memory");
+		return NULL;
+	}
+	if (query_reports(r->q, r->ids, r->m, r->reps, r->err, sizeof(r->err)) < 0)
+		return NULL;
+	r->rc = 0;
+	for (size_t i = 0; i < r->m; i++) {
+		if (r->rc == 0 && round_render(r, i) < 0)
+			r->rc = -1;
+		json_decref(r->reps[i]);
+		r->reps[i] = NULL;
+	}
+	return NULL;
+}
+
+static int
+round_start(struct round *r, size_t m, char *err, size_t errsz)
+{
+	int e;
+
+	r->m = m;
+	r->rc = -1;
+	r->err[0] = '\0';
+	json_decref(r->index);
+	r->index = NULL;
+	if ((e = pthread_create(&r->thread, NULL, round_run, r)) != 0) {
+		errstr_set(err, errsz, "cannot start a thread: %s", strerror(e));
+		return -1;
+	}
+	r->started = 1;
+	return 0;
+}
+
+/* Waits for r; 0 with its files rendered, or -1 with err. */
+static int
+round_wait(struct round *r, char *err, size_t errsz)
+{
+	if (!r->started)
+		return 0;
+	pthread_join(r->thread, NULL);
+	r->started = 0;
+	if (r->rc < 0) {
+		errstr_set(err, errsz, "%s", r->err);
+		return -1;
+	}
+	return 0;
+}
+
+/* Per-link files for ids, in rounds of batch links (the next round is read
+ * and rendered while this one is written); adds each to index in order. */
 static int
 write_links(struct query *q, const struct args *a, const long long *ids, size_t n, size_t batch,
             json_t *index, char *err, size_t errsz)
 {
-	json_t **reps = calloc(batch, sizeof(*reps));
-	int progress = a->all && isatty(STDERR_FILENO), rc = 0;
+	struct round rounds[2];
+	int progress = a->all && isatty(STDERR_FILENO), rc = 0, cur = 0;
 	size_t written = 0;
 
-	if (reps == NULL) {
-		errstr_set(err, errsz, "out of memory");
-		return -1;
+	memset(rounds, 0, sizeof(rounds));
+	for (int k = 0; k < 2; k++) {
+		rounds[k].q = q;
+		rounds[k].a = a;
+		if ((rounds[k].reps = calloc(batch, sizeof(json_t *))) == NULL ||
+		    (rounds[k].off = calloc(batch, sizeof(size_t))) == NULL ||
+		    (rounds[k].len = calloc(batch, sizeof(size_t))) == NULL ||
+		    (rounds[k].names = malloc(batch * NAME_LEN)) == NULL) {
+			errstr_set(err, errsz, "out of memory");
+			rc = -1;
+		}
 	}
-	for (size_t at = 0; at < n && rc == 0; at += batch) {
-		size_t m = n - at < batch ? n - at : batch;
+	rounds[0].ids = ids;
+	if (rc == 0 && n > 0 && round_start(&rounds[0], n < batch ? n : batch, err, errsz) < 0)
+		rc = -1;
+	for (size_t at = 0; at < n && rc == 0; at += batch, cur ^= 1) {
+		struct round *r = &rounds[cur];
+		size_t m = r->m, next = at + batch;
 
-		if (query_reports(q, ids + at, m, reps, err, errsz) < 0) {
+		if (round_wait(r, err, errsz) < 0) {
 			rc = -1;
 			break;
 		}
-		for (size_t i = 0; i < m; i++) {
-			char name[128];
-			const char *code;
-
-			if (reps[i] == NULL)
-				continue;
-			if (rc == 0 && (a->include_empty || a->tag || has_visits(reps[i], a->exclude_bots))) {
-				code = json_string_value(json_object_get(json_object_get(reps[i], "link"), "code"));
-				snprintf(name, sizeof(name), "link-%s.%s", code, a->format);
-				if (write_file(a->out, name, reps[i], a->format, err, errsz) < 0)
+		rounds[cur ^ 1].ids = ids + next;
+		if (next < n && round_start(&rounds[cur ^ 1], n - next < batch ? n - next : batch,
+		    err, errsz) < 0)
+			rc = -1;
+		for (size_t i = 0; i < m && rc == 0; i++)
+			if (r->len[i] > 0) {
+				if (write_text(a->out, r->names + i * NAME_LEN, r->text + r->off[i], r->len[i],
+				    err, errsz) < 0)
 					rc = -1;
-				else {
-					model_index_add(index, reps[i], name);
+				else
 					written++;
-				}
 			}
-			json_decref(reps[i]);
-		}
+		if (rc == 0)
+			json_array_extend(json_object_get(index, "links"), json_object_get(r->index, "links"));
 		if (progress)
 			fprintf(stderr, "\rreports: %zu/%zu links read, %zu files written", at + m, n, written);
 	}
 	if (progress)
 		fputc('\n', stderr);
-	free(reps);
+	for (int k = 0; k < 2; k++) {  /* a round still running after a failure */
+		round_wait(&rounds[k], NULL, 0);
+		json_decref(rounds[k].index);
+		free(rounds[k].reps);
+		free(rounds[k].wr.buf);
+		free(rounds[k].text);
+		free(rounds[k].off);
+		free(rounds[k].len);
+		free(rounds[k].names);
+	}
 	return rc;
 }
 
@@ -360,6 +566,7 @@ run(const struct args *a, const struct reports_conf *conf)
 	json_t *rep = NULL, *index = NULL;
 	int bad = 0, rc = EXIT_RUNTIME, found;
 	long long top = a->top ? strtoll(a->top, NULL, 10) : conf->top_n;
+	struct writer main_writer = { NULL, 0 };
 
 	if (strcmp(a->out, "-") != 0 && writable_dir(a->out, err, sizeof(err)) < 0) {
 		fprintf(stderr, "reports: %s\n", err);
@@ -381,7 +588,7 @@ run(const struct args *a, const struct reports_conf *conf)
 			goto fail;
 		snprintf(name, sizeof(name), "link-%s.%s", a->link, a->format);
 		if (strcmp(a->out, "-") == 0 ? render(rep, a->format, stdout, err, sizeof(err)) < 0 ||
-		    fflush(stdout) != 0 : write_file(a->out, name, rep, a->format, err, sizeof(err)) < 0)
+		    fflush(stdout) != 0 : write_file(&main_writer, a->out, name, rep, a->format, err, sizeof(err)) < 0)
 			goto fail;
 		rc = 0;
 		goto done;
@@ -408,11 +615,11 @@ run(const struct args *a, const struct reports_conf *conf)
 		goto fail;
 	if (rep != NULL) {
 		snprintf(name, sizeof(name), "combined.%s", a->format);
-		if (write_file(a->out, name, rep, a->format, err, sizeof(err)) < 0)
+		if (write_file(&main_writer, a->out, name, rep, a->format, err, sizeof(err)) < 0)
 			goto fail;
 		model_index_set_combined(index, rep, name);
 	}
-	if (write_file(a->out, "index.json", index, "json", err, sizeof(err)) < 0)
+	if (write_file(&main_writer, a->out, "index.json", index, "json", err, sizeof(err)) < 0)
 		goto fail;
 	log_info("%zu link files and index.json written to %s",
 	    json_array_size(json_object_get(index, "links")), a->out);
@@ -424,6 +631,7 @@ done:
 	json_decref(rep);
 	json_decref(index);
 	free(ids);
+	free(main_writer.buf);
 	query_close(q);
 	return rc;
 }

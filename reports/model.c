@@ -30,20 +30,36 @@ range_obj(const struct model_range *r)
 	    "days", (json_int_t)json_array_size(r->days));
 }
 
-static json_t *
-series(const json_t *labels, const char *key, int bots)
+json_t *
+model_zero_series(const json_t *labels, const char *key, int bots)
 {
 	json_t *a = json_array();
 	size_t i;
 	const json_t *v;
 
 	json_array_foreach(labels, i, v) {
-		json_t *o = json_pack("{s:O, s:i, s:i}", key, v, "visits", 0, "uniques", 0);
+		json_t *o = json_object();
 
+		json_object_set_new(o, key, json_copy((json_t *)v));
+		json_object_set_new(o, "visits", json_integer(0));
+		json_object_set_new(o, "uniques", json_integer(0));
 		if (bots)
 			json_object_set_new(o, "bot_visits", json_integer(0));
 		json_array_append_new(a, o);
 	}
+	return a;
+}
+
+/* A report's series: references to the shared zero entries. */
+static json_t *
+series(const json_t *zero)
+{
+	json_t *a = json_array();
+	size_t i;
+	const json_t *v;
+
+	json_array_foreach(zero, i, v)
+		json_array_append(a, (json_t *)v);
 	return a;
 }
 
@@ -57,9 +73,9 @@ skeleton(json_t *rep, long long all_time, long long all_time_bots, const struct 
 	json_object_set_new(rep, "totals", json_pack("{s:i, s:i, s:o, s:n, s:n}", "visits", 0,
 	    "uniques", 0, "bot_visits", r->exclude_bots ? json_null() : json_integer(0),
 	    "first_visit", "last_visit"));
-	json_object_set_new(rep, "daily", series(r->days, "date", !r->exclude_bots));
-	if (r->hours != NULL)
-		json_object_set_new(rep, "hourly", series(r->hours, "hour", !r->exclude_bots));
+	json_object_set_new(rep, "daily", series(r->zero_days));
+	if (r->zero_hours != NULL)
+		json_object_set_new(rep, "hourly", series(r->zero_hours));
 	for (int i = 0; i < MODEL_NDIMS; i++)
 		json_object_set_new(top, model_dims[i], json_array());
 	json_object_set_new(rep, "top", top);
@@ -97,17 +113,25 @@ model_new_tag(const char *tag, json_t *codes, long long all_time, long long all_
 	return skeleton(rep, all_time, all_time_bots, r);
 }
 
+/* The object to set figures in: totals, or series entry idx, first made
+ * the report's own when it is still a shared zero entry (json_copy: a new
+ * object whose values are replaced, never modified, by the setters). */
 static json_t *
 target(json_t *rep, int kind, long long idx)
 {
-	json_t *a;
+	json_t *a, *o, *own;
 
 	if (kind == 't')
 		return json_object_get(rep, "totals");
 	a = json_object_get(rep, kind == 'd' ? "daily" : "hourly");
 	if (a == NULL || idx < 0 || (size_t)idx >= json_array_size(a))
 		return NULL;
-	return json_array_get(a, (size_t)idx);
+	o = json_array_get(a, (size_t)idx);
+	if (o->refcount == 1)  /* already the report's own */
+		return o;
+	if ((own = json_copy(o)) == NULL || json_array_set_new(a, (size_t)idx, own) < 0)
+		return NULL;
+	return own;
 }
 
 void

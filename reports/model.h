@@ -20,7 +20,16 @@ struct model_range {
 	long long top_n;
 	const json_t *days;   /* array of "YYYY-MM-DD" */
 	const json_t *hours;  /* array of RFC 3339 hour starts, or NULL */
+	/* model_zero_series of days and hours (or NULL): every report's series
+	 * starts as references to these shared all-zero entries and gets an
+	 * object of its own for an entry only when a figure is set in it (most
+	 * days of most links have no visits). Borrowed; never modified. */
+	const json_t *zero_days, *zero_hours;
 };
+
+/* All-zero series entries { key: label, visits: 0, uniques: 0 [, bot_visits:
+ * 0 when bots] }, one per label. Caller owns the array. */
+json_t *model_zero_series(const json_t *labels, const char *key, int bots);
 
 /* One link's descriptive fields (borrowed). tags_json is a JSON array text. */
 struct model_link {

@@ -29,12 +29,14 @@ struct query {
 	PGconn *conn2;           /* runs the top-N query while conn runs the series */
 	int hll;                 /* link_hour.visitors exists */
 	char from[11], to[11];
+	char d0[11], d1[11];     /* whole UTC days of the range: [d0, d1) */
 	char *tz, *base_url;
 	int exclude_bots;
 	long long top_n;
 	char top_n_s[24];
 	struct model_range range;
 	json_t *days, *hours;
+	json_t *zero_days, *zero_hours;  /* model_zero_series of days, hours */
 };
 
 /* The local range [s, e) and the UTC hours a local midnight cuts (split). */
@@ -107,7 +109,10 @@ static const char HUMAN_EDGES_SQL[] =
     " FROM p, unnest($8::bigint[], $9::timestamptz[], $10::timestamptz[]) AS x(g, fh, lh)";
 
 /* Top-N per dimension: link_day_dim over the UTC days wholly inside the
- * range [d0, d1), visit_record for the rest (report_visit_dims, 0006). */
+ * range [d0, d1), visit_record for the rest (report_visit_dims, 0006).
+ * d0 and d1 also come as literal parameters $8 and $9 (computed once by
+ * query_open): with them the planner knows how many day rows to expect and
+ * reads the covering index (0006) instead of a bitmap heap scan. */
 static const char TOP_SQL[] =
     "WITH " CTE_P ", b AS (SELECT s, e, CASE WHEN s = date_trunc('day', s, 'UTC')"
     "  THEN (s AT TIME ZONE 'UTC')::date ELSE (s AT TIME ZONE 'UTC')::date + 1 END AS d0,"
@@ -118,7 +123,7 @@ static const char TOP_SQL[] =
     "  UNION ALL SELECT greatest(s, t1, t0), e FROM bt) AS x WHERE lo < hi),"
     " r AS ("
     " SELECT " GRP("dd") " AS g, dd.dimension, dd.value, dd.is_bot, dd.visits"
-    " FROM link_day_dim dd, bt WHERE dd.url_link_id = ANY($1) AND dd.day >= bt.d0 AND dd.day < bt.d1"
+    " FROM link_day_dim dd WHERE dd.url_link_id = ANY($1) AND dd.day >= $8 AND dd.day < $9"
     "  AND NOT ($6 AND dd.is_bot)"
     " UNION ALL"
     " SELECT " GRP("v") ", x.dimension, x.value, v.is_bot, 1"
@@ -134,8 +139,11 @@ static const char TOP_SQL[] =
     "  FROM sums WHERE v > 0)"
     " SELECT g, dimension, value, v, b FROM k WHERE rn <= $7 ORDER BY g, dimension, rn";
 
+/* work_mem: a round of --all sorts and hashes ~80,000 link_day_dim rows; at
+ * the default 4 MB both spill to temporary files. */
 static const char SESSION_SQL[] =
-    "SELECT set_config('TimeZone', $1, false), set_config('jit', 'off', false)";
+    "SELECT set_config('TimeZone', $1, false), set_config('jit', 'off', false),"
+    " set_config('work_mem', '64MB', false)";
 
 static const char LINKS_SQL[] =
     "SELECT l.id, l.code, CASE WHEN $2 <> '' THEN rtrim($2, '/') || '/' || l.code ELSE l.short_url END,"
@@ -283,6 +291,23 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	    " coalesce($2::date, (now() AT TIME ZONE $3)::date),"
 	    " (SELECT count(*) FROM pg_attribute WHERE attrelid = 'link_hour'::regclass"
 	    "  AND attname = 'visitors' AND NOT attisdropped)", 3, NULL, vals, errstr, errstr_size);
+	if (r != NULL && !PQgetisnull(r, 0, 0) && strcmp(PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1)) <= 0) {
+		const char *dv[3] = { PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), tz };
+		PGresult *d = exec(q, "WITH p AS (SELECT $1::date::timestamp AT TIME ZONE $3 AS s,"
+		    " ($2::date + 1)::timestamp AT TIME ZONE $3 AS e) SELECT CASE WHEN s ="
+		    " date_trunc('day', s, 'UTC') THEN (s AT TIME ZONE 'UTC')::date"
+		    " ELSE (s AT TIME ZONE 'UTC')::date + 1 END, (e AT TIME ZONE 'UTC')::date FROM p",
+		    3, NULL, dv, errstr, errstr_size);
+
+		if (d == NULL) {
+			PQclear(r);
+			query_close(q);
+			return NULL;
+		}
+		snprintf(q->d0, sizeof(q->d0), "%s", PQgetvalue(d, 0, 0));
+		snprintf(q->d1, sizeof(q->d1), "%s", PQgetvalue(d, 0, 1));
+		PQclear(d);
+	}
 	if (r == NULL) {
 		query_close(q);
 		return NULL;
@@ -320,8 +345,12 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	q->range.tz = q->tz;
 	q->range.exclude_bots = exclude_bots;
 	q->range.top_n = top_n;
+	q->zero_days = model_zero_series(q->days, "date", !exclude_bots);
+	q->zero_hours = q->hours ? model_zero_series(q->hours, "hour", !exclude_bots) : NULL;
 	q->range.days = q->days;
 	q->range.hours = q->hours;
+	q->range.zero_days = q->zero_days;
+	q->range.zero_hours = q->zero_hours;
 	log_debug("range %s..%s tz=%s days=%d hll=%d", q->from, q->to, tz, ndays, q->hll);
 	return q;
 }
@@ -337,6 +366,8 @@ query_close(struct query *q)
 		PQfinish(q->conn2);
 	json_decref(q->days);
 	json_decref(q->hours);
+	json_decref(q->zero_days);
+	json_decref(q->zero_hours);
 	free(q->tz);
 	free(q->base_url);
 	free(q);
@@ -524,8 +555,8 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
      char *errstr, size_t errstr_size)
 {
 	static const Oid types[] = { OID_INT8ARR, OID_DATE, OID_DATE, OID_TEXT, OID_BOOL, OID_BOOL,
-	    OID_INT8 };
-	const char *vals[7];
+	    OID_INT8, OID_DATE, OID_DATE };
+	const char *vals[9];
 	char *arr = id_array(ids, n), sql[sizeof(SERIES_SQL) + sizeof(SERIES_HOURLY_SQL) + 1024];
 	char hsql[sizeof(SERIES_HOURLY_SQL) + 128] = "";
 	const char *hourly = q->hours ? "(g, h), " : "";
@@ -546,6 +577,8 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	vals[4] = t->combined ? "t" : "f";
 	vals[5] = q->exclude_bots ? "t" : "f";
 	vals[6] = q->top_n_s;
+	vals[7] = q->d0;
+	vals[8] = q->d1;
 	if (q->hours)
 		snprintf(hsql, sizeof(hsql), SERIES_HOURLY_SQL, q->hll ?
 		    "coalesce(round(hll_cardinality(hll_union_agg(pieces.sk))), 0)::bigint" : "0::bigint");
@@ -557,7 +590,7 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	else
 		snprintf(sql, sizeof(sql), SERIES_SQL, "", "", "NULL::int", "0::bigint", "0::bigint", hsql);
 	/* The top-N query runs on the second connection meanwhile. */
-	if (send_on(q->conn2, TOP_SQL, 7, types, vals, errstr, errstr_size) < 0)
+	if (send_on(q->conn2, TOP_SQL, 9, types, vals, errstr, errstr_size) < 0)
 		goto out;
 	top_sent = 1;
 	if ((r = exec(q, sql, 7, types, vals, errstr, errstr_size)) == NULL)

@@ -80,7 +80,8 @@ static void
 model_round(void)
 {
 	json_t *days = json_pack("[s, s]", "2024-05-01", "2024-05-02");
-	struct model_range r = { "2024-05-01", "2024-05-02", "Asia/Shanghai", 0, 10, days, NULL };
+	json_t *zero = model_zero_series(days, "date", 1);
+	struct model_range r = { "2024-05-01", "2024-05-02", "Asia/Shanghai", 0, 10, days, NULL, zero, NULL };
 	struct model_link l = { "abc", "http://s.test/abc", "https://e.test/?a=1,2", "2024-04-01T00:00:00+08:00",
 	    "[\"spring\", \"say \\\"hi\\\"\"]", 0, 9, 2 };
 	json_t *rep = model_new_link(&l, &r);
@@ -170,6 +171,7 @@ model_round(void)
 	CHECK(strstr(buf, "https://e.test/?a=1,2") != NULL, "long URL missing");
 	free(buf);
 	json_decref(rep);
+	json_decref(zero);
 	json_decref(days);
 }
 
