@@ -416,6 +416,20 @@ def test_all_with_index(db):
                                         "link-rpE.csv", "link-rpR.csv", "link-rpX.csv"]
 
 
+def test_all_write_failure_midway(db):
+    """A file that cannot be written (a directory in its place) while the
+    next round is being read: exit 1 naming it, no temporary file left, and
+    no leak or race under the sanitizers (run() checks)."""
+    out = os.path.join(db.work, "all-fail")
+    os.makedirs(os.path.join(out, "link-rpB.json"))
+    r = run(db, "--all", "--from", "2024-05-01", "--to", "2024-05-03", "--out", out,
+            "-o", "batch_links=1", check=False)
+    assert r.returncode == 1, r.stderr
+    assert "link-rpB.json" in r.stderr
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    assert "index.json" not in os.listdir(out)
+
+
 def _png_stats(path):
     """(width, height, distinct colours, non-white pixels) of an 8-bit RGB/RGBA PNG."""
     with open(path, "rb") as f:
