@@ -7,7 +7,9 @@
 #include "errstr.h"
 #include "log.h"
 
+#include <errno.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,6 +240,28 @@ labels(struct query *q, const char *sql, char *errstr, size_t errstr_size)
 	return a;
 }
 
+/* Completes a PQconnectStart connection: 0 connected, -1 failed. */
+static int
+connect_finish(PGconn *c)
+{
+	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+
+	if (c == NULL || PQstatus(c) == CONNECTION_BAD)
+		return -1;
+	for (;;) {
+		struct pollfd pfd = { PQsocket(c), 0, 0 };
+
+		if (st == PGRES_POLLING_OK)
+			return 0;
+		if (st == PGRES_POLLING_FAILED || pfd.fd < 0)
+			return -1;
+		pfd.events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+		if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+			return -1;
+		st = PQconnectPoll(c);
+	}
+}
+
 struct query *
 query_open(const char *dsn, const char *tz, const char *from, const char *to, int exclude_bots,
            long long top_n, const char *base_url, int *bad_input, char *errstr, size_t errstr_size)
@@ -256,6 +280,8 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	q->exclude_bots = exclude_bots;
 	q->top_n = top_n;
 	snprintf(q->top_n_s, sizeof(q->top_n_s), "%lld", top_n);
+	/* The second connection is set up while the first one works. */
+	q->conn2 = PQconnectStart(dsn);
 	q->conn = PQconnectdb(dsn);
 	if (PQstatus(q->conn) != CONNECTION_OK) {
 		errstr_set(errstr, errstr_size, "PostgreSQL: %s", PQerrorMessage(q->conn));
@@ -274,12 +300,12 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 		return NULL;
 	}
 	PQclear(r);
-	q->conn2 = PQconnectdb(dsn);
-	if (PQstatus(q->conn2) != CONNECTION_OK ||
+	if (connect_finish(q->conn2) < 0 ||
 	    (r = checked(q->conn2, PQexecParams(q->conn2, SESSION_SQL, 1, NULL, vals, NULL, NULL, 0),
 	    errstr, errstr_size)) == NULL) {
-		if (PQstatus(q->conn2) != CONNECTION_OK)
-			errstr_set(errstr, errstr_size, "PostgreSQL: %s", PQerrorMessage(q->conn2));
+		if (q->conn2 == NULL || PQstatus(q->conn2) != CONNECTION_OK)
+			errstr_set(errstr, errstr_size, "PostgreSQL: %s",
+			    q->conn2 ? PQerrorMessage(q->conn2) : "out of memory");
 		query_close(q);
 		return NULL;
 	}
