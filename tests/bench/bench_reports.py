@@ -100,6 +100,7 @@ def load(pg):
     conn = psycopg2.connect(pg.dsn)
     conn.autocommit = True
     cur = conn.cursor()
+    cur.execute("SET synchronous_commit = on")  # see VACUUM below
     for m in range(1, 5):
         cur.execute("SELECT visit_record_ensure_partition(%s)", (f"2024-{m:02d}-15",))
     cur.execute("INSERT INTO url_link (code, short_url, long_url, long_url_md5, tags) "
@@ -143,9 +144,11 @@ def load(pg):
                     "date_trunc('hour', visit_time, 'UTC'), client_id FROM visit_record "
                     "WHERE url_link_id IS NOT NULL AND NOT is_bot")
     # What autovacuum does in production: the visibility map lets the rollups
-    # be read by index-only scans. An autovacuum ANALYZE still running holds
-    # a snapshot older than the rollup rows, and VACUUM would then leave
-    # their pages not all-visible: wait for it first.
+    # be read by index-only scans. The cluster runs with synchronous_commit
+    # off, and VACUUM cannot mark a page all-visible while the commit of its
+    # rows is not yet flushed: the rollups above committed with it on (see
+    # the SET at the start), and an autovacuum still holding an older
+    # snapshot is waited for.
     for _ in range(120):
         cur.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL "
                     "AND pid <> pg_backend_pid()")
@@ -156,9 +159,13 @@ def load(pg):
     cur.execute("SELECT (SELECT count(*) FROM visit_record), (SELECT count(*) FROM link_hour), "
                 "(SELECT count(*) FROM link_day_dim)")
     n_visits, n_hours, n_dims = cur.fetchone()
+    cur.execute("SELECT sum(relallvisible), sum(relpages) FROM pg_class "
+                "WHERE relname IN ('link_hour', %s)", (dim_table,))
+    vis, pages = cur.fetchone()
     conn.close()
     print(f"reports_load {n_visits} visits (COPY {t_copy:.1f} s), rollups {n_hours} link_hour + "
-          f"{n_dims} link_day_dim rows, {time.time() - t0:.1f} s total, hll={hll}", flush=True)
+          f"{n_dims} link_day_dim rows ({vis}/{pages} pages all-visible), "
+          f"{time.time() - t0:.1f} s total, hll={hll}", flush=True)
 
 
 def timed(argv, reps, runs=None):
