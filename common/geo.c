@@ -467,7 +467,8 @@ geo_lookup(const struct geo_db *db, const char *ip, struct geo_result *out)
 		out->err = "geo: no database";
 		return -1;
 	}
-	if (geo_parse(ip, &a) == -1 || geo_classify(&a) != NULL)
+	out->addr_class = geo_parse(ip, &a) == -1 ? "invalid" : geo_classify(&a);
+	if (out->addr_class != NULL)
 		return 0;
 	if (geo_lookup_city(db, &a, out) == -1 ||
 	    (db->has_isp && geo_lookup_isp(db, &a, out) == -1)) {

@@ -23,6 +23,8 @@ struct geo_result {
 	long long asn;        /* autonomous_system_number, -1 when unknown */
 	const char *err;      /* when geo_lookup returns -1: static text saying
 	                       * why (never freed); NULL otherwise */
+	const char *addr_class; /* geo_addr_class of the address, found by the
+	                       * same parse (static; NULL: global unicast) */
 };
 
 /* Opens city_path (required: a City or Country layout database) and, when

@@ -185,14 +185,12 @@ int
 enrich_event(struct enricher *e, const struct event *ev, struct enrich_row *out,
              char *errstr, size_t errstr_size)
 {
-	const char *cls = geo_addr_class(ev->ip);
-
-	out->ip_valid = !(cls && strcmp(cls, "invalid") == 0);
 	if (geo_lookup(e->geo, ev->ip, &out->geo) < 0) {
 		errstr_set(errstr, errstr_size, "GeoIP lookup of %s: %s", ev->ip,
 		    out->geo.err ? out->geo.err : "error");
 		return -1;
 	}
+	out->ip_valid = !(out->geo.addr_class && strcmp(out->geo.addr_class, "invalid") == 0);
 	ua_parse(e->ua, ev->user_agent, ev->user_agent_len, &out->ua);
 	join_version(out->browser_version, sizeof(out->browser_version), out->ua.browser.major,
 	    out->ua.browser.minor, out->ua.browser.patch);

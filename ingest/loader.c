@@ -5,6 +5,7 @@
 #include "rollup.h"
 
 #include "errstr.h"
+#include "pgpool.h"
 #include "log.h"
 
 #include <libpq-fe.h>
@@ -116,6 +117,20 @@ set_pg_error(PGconn *c, PGresult *r, const char *what, char *errstr, size_t errs
 	    state ? " (SQLSTATE " : "", state ? state : "", state ? ")" : "");
 }
 
+/* Runs sql with text parameters (common/pgpool.c's pgpool_exec); the result
+ * (caller PQclear()s it), or NULL with errstr saying what failed. */
+static PGresult *
+exec_params(struct loader *l, const char *what, const char *sql, int n,
+            const char *const *params, char *errstr, size_t errstr_size)
+{
+	char msg[512];
+	PGresult *r = pgpool_exec(l->conn, sql, n, params, NULL, msg, sizeof(msg));
+
+	if (r == NULL)
+		errstr_set(errstr, errstr_size, "%s: %s", what, msg);
+	return r;
+}
+
 /* Runs sql (no parameters); 0 when it gives COMMAND_OK or TUPLES_OK. */
 static int
 exec_ok(struct loader *l, const char *sql, char *errstr, size_t errstr_size)
@@ -175,13 +190,10 @@ ensure_month(struct loader *l, int32_t m, char *errstr, size_t errstr_size)
 	PGresult *r;
 
 	snprintf(ts, sizeof(ts), "%04d-%02d-01 00:00:00+00", m / 12, m % 12 + 1);
-	r = PQexecParams(l->conn, "SELECT visit_record_ensure_partition($1::timestamptz)", 1, NULL,
-	    params, NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		set_pg_error(l->conn, r, "ensure partition", errstr, errstr_size);
-		PQclear(r);
+	r = exec_params(l, "ensure partition", "SELECT visit_record_ensure_partition($1::timestamptz)",
+	    1, params, errstr, errstr_size);
+	if (r == NULL)
 		return -1;
-	}
 	PQclear(r);
 	return 0;
 }
@@ -410,13 +422,11 @@ find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, char
 	params[0] = ids;
 	params[1] = lo;
 	params[2] = hi;
-	r = PQexecParams(l->conn, "SELECT id, (extract(epoch FROM visit_time) * 1000000)::bigint"
-	    " FROM visit_record WHERE id = ANY ($1::bigint[]) AND visit_time BETWEEN $2 AND $3",
-	    3, NULL, params, NULL, NULL, 0);
+	r = exec_params(l, "probe stored ids", "SELECT id, (extract(epoch FROM visit_time) * 1000000)"
+	    "::bigint FROM visit_record WHERE id = ANY ($1::bigint[]) AND visit_time BETWEEN $2 AND $3",
+	    3, params, errstr, errstr_size);
 	free(ids);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		set_pg_error(l->conn, r, "probe stored ids", errstr, errstr_size);
-		PQclear(r);
+	if (r == NULL) {
 		free(k);
 		return -1;
 	}
@@ -495,9 +505,8 @@ store_offsets(struct loader *l, const int32_t *parts, const int64_t *next, int n
               char *errstr, size_t errstr_size)
 {
 	char *pa = int_array(NULL, parts, n), *oa = int_array(next, NULL, n);
-	const char *params[4] = { l->group, l->topic, pa, oa };
+	const char *params[5] = { l->group, l->topic, pa, oa, force ? "t" : "f" };
 	PGresult *r;
-	int rc = 0;
 
 	if (pa == NULL || oa == NULL) {
 		errstr_set(errstr, errstr_size, "out of memory");
@@ -505,24 +514,17 @@ store_offsets(struct loader *l, const int32_t *parts, const int64_t *next, int n
 		free(oa);
 		return -1;
 	}
-	r = PQexecParams(l->conn, force ?
+	r = exec_params(l, "store offsets",
 	    "INSERT INTO ingest_offset AS t (consumer_group, topic, kafka_partition, next_offset,"
 	    " update_time) SELECT $1, $2, p, o, now() FROM unnest($3::int[], $4::bigint[]) AS u(p, o)"
-	    " ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET"
-	    " next_offset = EXCLUDED.next_offset, update_time = now()" :
-	    "INSERT INTO ingest_offset AS t (consumer_group, topic, kafka_partition, next_offset,"
-	    " update_time) SELECT $1, $2, p, o, now() FROM unnest($3::int[], $4::bigint[]) AS u(p, o)"
-	    " ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET"
-	    " next_offset = greatest(t.next_offset, EXCLUDED.next_offset), update_time = now()",
-	    4, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-		set_pg_error(l->conn, r, "store offsets", errstr, errstr_size);
-		rc = -1;
-	}
+	    " ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET next_offset ="
+	    " CASE WHEN $5::bool THEN EXCLUDED.next_offset"
+	    " ELSE greatest(t.next_offset, EXCLUDED.next_offset) END, update_time = now()",
+	    5, params, errstr, errstr_size);
 	PQclear(r);
 	free(pa);
 	free(oa);
-	return rc;
+	return r == NULL ? -1 : 0;
 }
 
 static void
@@ -790,13 +792,11 @@ loader_read_offsets(struct loader *l, const int32_t *partitions, int n, int64_t 
 	params[0] = l->group;
 	params[1] = l->topic;
 	params[2] = pa;
-	r = PQexecParams(l->conn, "SELECT kafka_partition, next_offset FROM ingest_offset"
+	r = exec_params(l, "read offsets", "SELECT kafka_partition, next_offset FROM ingest_offset"
 	    " WHERE consumer_group = $1 AND topic = $2 AND kafka_partition = ANY ($3::int[])",
-	    3, NULL, params, NULL, NULL, 0);
+	    3, params, errstr, errstr_size);
 	free(pa);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		set_pg_error(l->conn, r, "read offsets", errstr, errstr_size);
-		PQclear(r);
+	if (r == NULL) {
 		drop_conn(l);
 		return -1;
 	}
@@ -827,14 +827,11 @@ loader_record_lost(struct loader *l, int32_t partition, int64_t from, int64_t to
 	snprintf(sto, sizeof(sto), "%lld", (long long)to);
 	if (exec_ok(l, "BEGIN", errstr, errstr_size) < 0)
 		goto fail;
-	r = PQexecParams(l->conn, "INSERT INTO ingest_lost (consumer_group, topic, kafka_partition,"
-	    " from_offset, to_offset, reason) VALUES ($1, $2, $3, $4, $5, $6)", 6, NULL, params,
-	    NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-		set_pg_error(l->conn, r, "insert ingest_lost", errstr, errstr_size);
-		PQclear(r);
+	r = exec_params(l, "insert ingest_lost", "INSERT INTO ingest_lost (consumer_group, topic,"
+	    " kafka_partition, from_offset, to_offset, reason) VALUES ($1, $2, $3, $4, $5, $6)", 6,
+	    params, errstr, errstr_size);
+	if (r == NULL)
 		goto fail;
-	}
 	PQclear(r);
 	if (resume_at >= 0 && store_offsets(l, &partition, &resume_at, 1, 1, errstr, errstr_size) < 0)
 		goto fail;

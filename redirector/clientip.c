@@ -154,15 +154,6 @@ trusted(const struct clientip *c, const uint8_t a[16])
 	return 0;
 }
 
-int
-clientip_trusted(const struct clientip *c, const char *addr)
-{
-	uint8_t a[16];
-	int v4;
-
-	return parse_addr(addr, strlen(addr), a, &v4) == 0 && trusted(c, a);
-}
-
 /* The XFF walk over a peer already in 128-bit form. */
 static char *
 resolve(const struct clientip *c, const uint8_t peer[16], const char *xff,

@@ -17,9 +17,6 @@ struct clientip;
 struct clientip *clientip_new(const char *cidrs, char *errstr, size_t errstr_size);
 void clientip_free(struct clientip *c);
 
-/* 1 when addr (text) is inside a trusted range. */
-int clientip_trusted(const struct clientip *c, const char *addr);
-
 /* Writes the client address (normalised text, IPv4-mapped IPv6 as IPv4) to
  * out. peer is the TCP peer (NULL: ""); xff the X-Forwarded-For value (all
  * such headers joined with ","), or NULL. XFF is used only when the peer is

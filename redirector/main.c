@@ -175,12 +175,10 @@ struct app {
 static enum MHD_Result
 metrics_answer(struct app *app, struct http_req *req)
 {
-	char ip[CLIENTIP_MAX];
 	struct MHD_Response *resp;
 	enum MHD_Result r;
 
-	clientip_resolve(app->metrics_allow, req->peer, NULL, ip);
-	if (!clientip_trusted(app->metrics_allow, ip))
+	if (!clientip_peer_trusted(app->metrics_allow, req->peer))
 		return http_error(req, 404, "not_found", NULL, "no such short link");
 	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0)
 		return http_error(req, 405, "method_not_allowed", NULL, "use GET");

@@ -21,56 +21,6 @@ str(const char *s)
 	return s;
 }
 
-/* Decodes \t \n \\ \xHH in place; returns the decoded length, or -1. */
-static long
-unescape(char *s)
-{
-	char *r = s, *w = s;
-
-	while (*r != '\0') {
-		if (*r != '\\') {
-			*w++ = *r++;
-			continue;
-		}
-		switch (r[1]) {
-		case 't': *w++ = '\t'; r += 2; break;
-		case 'n': *w++ = '\n'; r += 2; break;
-		case '\\': *w++ = '\\'; r += 2; break;
-		case 'x': {
-			char hex[3] = { 0 }, *end;
-
-			if (r[2] == '\0' || r[3] == '\0')
-				return -1;
-			hex[0] = r[2];
-			hex[1] = r[3];
-			*w++ = (char)strtoul(hex, &end, 16);
-			if (*end != '\0')
-				return -1;
-			r += 4;
-			break;
-		}
-		default:
-			return -1;
-		}
-	}
-	*w = '\0';
-	return (long)(w - s);
-}
-
-/* Splits line on tabs into at most max fields; returns the count. */
-static int
-split_tabs(char *line, char **f, int max)
-{
-	int n = 0;
-
-	f[n++] = line;
-	while (n < max && (line = strchr(line, '\t')) != NULL) {
-		*line++ = '\0';
-		f[n++] = line;
-	}
-	return n;
-}
-
 typedef void case_fn(const char *where, char **f, int n, int *ncases);
 
 /* Calls fn for each non-comment line of path, split into up to 9 fields. */
@@ -94,7 +44,7 @@ read_cases(const char *path, case_fn *fn, int *ncases)
 		if (line[0] == '#' || line[0] == '\0')
 			continue;
 		snprintf(where, sizeof(where), "%s:%d", path, lineno);
-		n = split_tabs(line, f, 9);
+		n = unit_split_tabs(line, f, 9);
 		fn(where, f, n, ncases);
 	}
 	free(line);
@@ -127,7 +77,7 @@ base62_case(const char *where, char **f, int n, int *ncases)
 			CHECK(got[strlen(f[3]) + 1] == 'Q', "%s: wrote past width + 1", where);
 		}
 	} else if (strcmp(f[0], "decode") == 0) {
-		CHECK(n == 3 && unescape(f[1]) >= 0, "%s: bad decode line", where);
+		CHECK(n == 3 && unit_unescape(f[1]) >= 0, "%s: bad decode line", where);
 		rc = codes_base62_decode(f[1], &v);
 		if (strcmp(f[2], "ERR") == 0) {
 			CHECK(rc == -1, "%s: decode(\"%s\") should fail", where, f[1]);
@@ -152,7 +102,7 @@ codes_case(const char *where, char **f, int n, int *ncases)
 		int i;
 
 		CHECK(n == 8, "%s: hash wants 8 fields, has %d", where, n);
-		if (n != 8 || (len = unescape(f[3])) < 0) {
+		if (n != 8 || (len = unit_unescape(f[3])) < 0) {
 			CHECK(0, "%s: bad hash line", where);
 			return;
 		}
@@ -165,7 +115,7 @@ codes_case(const char *where, char **f, int n, int *ncases)
 		char got[CODES_GEN_SIZE + 4], err[128];
 		uint64_t counter = strtoull(f[3], NULL, 10), back = 0;
 
-		CHECK(n == 5 && unescape(f[1]) >= 0, "%s: bad seq line", where);
+		CHECK(n == 5 && unit_unescape(f[1]) >= 0, "%s: bad seq line", where);
 		if (n != 5)
 			return;
 		CHECK(codes_seq_key_from_secret(f[1], &key) == 0, "%s: key", where);
@@ -180,7 +130,7 @@ codes_case(const char *where, char **f, int n, int *ncases)
 	    strcmp(f[0], "generated") == 0) {
 		int want, got;
 
-		CHECK(n == 3 && unescape(f[1]) >= 0, "%s: bad %s line", where, f[0]);
+		CHECK(n == 3 && unit_unescape(f[1]) >= 0, "%s: bad %s line", where, f[0]);
 		if (n != 3)
 			return;
 		want = atoi(f[2]);

@@ -10,44 +10,6 @@
 
 #define CASES "tests/data/digest_cases.txt"
 
-/* Decodes \t \n \\ \xHH in place; returns the decoded length, or -1. */
-static long
-unescape(char *s)
-{
-	char *r = s, *w = s;
-
-	while (*r != '\0') {
-		if (*r != '\\') {
-			*w++ = *r++;
-			continue;
-		}
-		r++;
-		switch (*r) {
-		case 't': *w++ = '\t'; r++; break;
-		case 'n': *w++ = '\n'; r++; break;
-		case '\\': *w++ = '\\'; r++; break;
-		case 'x': {
-			char hex[3] = { 0 };
-			char *end;
-
-			if (r[1] == '\0' || r[2] == '\0')
-				return -1;
-			hex[0] = r[1];
-			hex[1] = r[2];
-			*w++ = (char)strtoul(hex, &end, 16);
-			if (*end != '\0')
-				return -1;
-			r += 3;
-			break;
-		}
-		default:
-			return -1;
-		}
-	}
-	*w = '\0';
-	return (long)(w - s);
-}
-
 static void
 hex_of(const unsigned char *b, size_t n, char *out)
 {
@@ -56,20 +18,6 @@ hex_of(const unsigned char *b, size_t n, char *out)
 	for (i = 0; i < n; i++)
 		sprintf(out + 2 * i, "%02x", b[i]);
 	out[2 * n] = '\0';
-}
-
-/* Splits line on tabs into at most max fields; returns the count. */
-static int
-split_tabs(char *line, char **f, int max)
-{
-	int n = 0;
-
-	f[n++] = line;
-	while (n < max && (line = strchr(line, '\t')) != NULL) {
-		*line++ = '\0';
-		f[n++] = line;
-	}
-	return n;
 }
 
 static void
@@ -86,7 +34,7 @@ run_hash_case(const char *where, const char *kind, char *input, const char *want
 	snprintf(algo, sizeof(algo), "%.*s", star ? (int)(star - kind) : (int)strlen(kind), kind);
 	if (star != NULL)
 		reps = strtol(star + 1, NULL, 10);
-	one = unescape(input);
+	one = unit_unescape(input);
 	CHECK(one >= 0 && reps > 0, "%s: bad input field", where);
 	if (one < 0 || reps <= 0)
 		return;
@@ -137,7 +85,7 @@ run_cases(void)
 		if (line[0] == '#' || line[0] == '\0')
 			continue;
 		snprintf(where, sizeof(where), "%s:%d", CASES, lineno);
-		n = split_tabs(line, fld, 5);
+		n = unit_split_tabs(line, fld, 5);
 		if (strcmp(fld[0], "client_id") == 0) {
 			char got[DIGEST_SHA1_HEX_SIZE + 8];
 			const char *ip = fld[1], *ua = n > 2 ? fld[2] : NULL;

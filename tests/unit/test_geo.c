@@ -68,36 +68,6 @@ db_for(const char *where, const char *db, const char *locale)
 	return o->geo;
 }
 
-/* Decodes \t \\ \xHH in place; returns 0, or -1 on a bad escape. */
-static int
-unescape(char *s)
-{
-	char *r = s, *w = s;
-
-	while (*r != '\0') {
-		if (*r != '\\') {
-			*w++ = *r++;
-		} else if (r[1] == 't') {
-			*w++ = '\t';
-			r += 2;
-		} else if (r[1] == '\\') {
-			*w++ = '\\';
-			r += 2;
-		} else if (r[1] == 'x' && r[2] != '\0' && r[3] != '\0') {
-			char hex[3] = { r[2], r[3], 0 }, *end;
-
-			*w++ = (char)strtoul(hex, &end, 16);
-			if (*end != '\0')
-				return -1;
-			r += 4;
-		} else {
-			return -1;
-		}
-	}
-	*w = '\0';
-	return 0;
-}
-
 static void
 check_field(const char *where, const char *name, const char *got, const char *want)
 {
@@ -154,7 +124,7 @@ run_lookup_case(const char *where, char **f)
 	if (strcmp(ip, "\\N") == 0)
 		ip = NULL;
 	else
-		CHECK(unescape(f[2]) == 0, "%s: bad escape in ip", where);
+		CHECK(unit_unescape(f[2]) >= 0, "%s: bad escape in ip", where);
 	rc = geo_lookup(geo, ip, &r);
 	CHECK(rc == 0, "%s: geo_lookup(%s) returned %d: %s", where, f[2], rc,
 	    r.err ? r.err : "(no err)");
@@ -180,7 +150,7 @@ run_class_case(const char *where, char **f)
 	if (strcmp(ip, "\\N") == 0)
 		ip = NULL;
 	else
-		CHECK(unescape(f[1]) == 0, "%s: bad escape in ip", where);
+		CHECK(unit_unescape(f[1]) >= 0, "%s: bad escape in ip", where);
 	got = geo_addr_class(ip);
 	if (strcmp(f[2], "-") == 0)
 		CHECK(got == NULL, "%s: expected NULL (public), got \"%s\"", where, got);

@@ -10,23 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Decodes \n \r \t \\ in place. */
-static void
-unescape(char *s)
-{
-	char *o = s;
-
-	for (; *s; s++) {
-		if (*s == '\\' && s[1]) {
-			s++;
-			*o++ = *s == 'n' ? '\n' : *s == 'r' ? '\r' : *s == 't' ? '\t' : *s;
-		} else {
-			*o++ = *s;
-		}
-	}
-	*o = '\0';
-}
-
 static char *
 capture(int kind, const char *in)
 {
@@ -65,8 +48,8 @@ cases(const char *path)
 		}
 		*in++ = '\0';
 		*want++ = '\0';
-		unescape(in);
-		unescape(want);
+		unit_unescape(in);
+		unit_unescape(want);
 		got = capture(strcmp(kind, "csv") == 0 ? 'c' : 'h', in);
 		CHECK_STR(got, want, kind);
 		free(got);

@@ -4,6 +4,7 @@
 #define LP_UNIT_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int unit_passed, unit_failed;
@@ -32,6 +33,58 @@ unit_str_eq(const char *a, const char *b)
 		CHECK(unit_str_eq(got_, want_), "%s: expected \"%s\", got \"%s\"", \
 		    (what), want_ ? want_ : "(null)", got_ ? got_ : "(null)");    \
 	} while (0)
+
+/* Decodes the escapes of the tests/data case files in place: \t \n \r \\
+ * and \xHH. Returns the decoded length, or -1 on any other escape. */
+static inline long
+unit_unescape(char *s)
+{
+	char *r = s, *w = s;
+
+	while (*r != '\0') {
+		if (*r != '\\') {
+			*w++ = *r++;
+			continue;
+		}
+		switch (r[1]) {
+		case 't': *w++ = '\t'; r += 2; break;
+		case 'n': *w++ = '\n'; r += 2; break;
+		case 'r': *w++ = '\r'; r += 2; break;
+		case '\\': *w++ = '\\'; r += 2; break;
+		case 'x': {
+			char hex[3] = { 0 }, *end;
+
+			if (r[2] == '\0' || r[3] == '\0')
+				return -1;
+			hex[0] = r[2];
+			hex[1] = r[3];
+			*w++ = (char)strtoul(hex, &end, 16);
+			if (*end != '\0')
+				return -1;
+			r += 4;
+			break;
+		}
+		default:
+			return -1;
+		}
+	}
+	*w = '\0';
+	return (long)(w - s);
+}
+
+/* Splits line on tabs in place into at most max fields; returns the count. */
+static inline int
+unit_split_tabs(char *line, char **f, int max)
+{
+	int n = 0;
+
+	f[n++] = line;
+	while (n < max && (line = strchr(line, '\t')) != NULL) {
+		*line++ = '\0';
+		f[n++] = line;
+	}
+	return n;
+}
 
 static inline int
 unit_done(const char *name)
