@@ -241,10 +241,18 @@ def test_ingest_sighup(procs, pg, broker, workdir):
                     "2 setting(s) changed")
     produce(broker.bootstrap, broker.topic, [gen.event() for _ in range(100)])
     wait_counts(pg, 200, 0, proc=p)
-    log_has(p, "batch committed")
+
+    def sizes_after_reload():
+        return [int(m) for m in re.findall(r"batch committed: (\d+) messages",
+                                           p.output().split("2 setting(s) changed")[1])]
+    # the log line follows the COMMIT: the rows can be visible before the
+    # last batch's line is written, so wait for the lines to add up
+    try:
+        wait_for(lambda: sum(sizes_after_reload()) >= 100, 15, "batch lines", p)
+    except AssertionError:
+        pass
     # batch_max_events = 20 applies: no batch after the reload is larger
-    sizes = [int(m) for m in re.findall(r"batch committed: (\d+) messages",
-                                        p.output().split("2 setting(s) changed")[1])]
+    sizes = sizes_after_reload()
     assert sizes and max(sizes) <= 20 and sum(sizes) == 100, sizes
 
 
