@@ -32,6 +32,7 @@ struct query {
 	int hll;                 /* link_hour.visitors exists */
 	char from[11], to[11];
 	char d0[11], d1[11];     /* whole UTC days of the range: [d0, d1) */
+	char m0[11], m1[11];     /* its whole UTC months [m0, m1) (m0 = m1 = d1: none) */
 	char *tz, *base_url;
 	int exclude_bots;
 	long long top_n;
@@ -110,11 +111,14 @@ static const char HUMAN_EDGES_SQL[] =
     "  AND v.visit_time >= greatest(x.lh, p.s) AND v.visit_time < least(x.lh + interval '1 hour', p.e)), " FMT_US ")"
     " FROM p, unnest($8::bigint[], $9::timestamptz[], $10::timestamptz[]) AS x(g, fh, lh)";
 
-/* Top-N per dimension: link_day_dim over the UTC days wholly inside the
- * range [d0, d1), visit_record for the rest (report_visit_dims, 0006).
- * d0 and d1 also come as literal parameters $8 and $9 (computed once by
- * query_open): with them the planner knows how many day rows to expect and
- * reads the covering index (0006) instead of a bitmap heap scan. */
+/* Top-N per dimension over the UTC days wholly inside the range [d0, d1):
+ * link_month_dim for its whole months [m0, m1) and link_day_dim_row for the
+ * other days (compacted rows, 0008: the two hold the same visits), plus the
+ * not yet compacted link_day_dim_batch rows of every day; visit_record for
+ * the rest (report_visit_dims, 0006). d0, d1, m0, m1 come as literal
+ * parameters $8..$11 (computed once by query_open): with them the planner
+ * knows how many rows to expect and reads the covering indexes (0006, 0008)
+ * instead of bitmap heap scans. */
 static const char TOP_SQL[] =
     "WITH " CTE_P ", b AS (SELECT s, e, CASE WHEN s = date_trunc('day', s, 'UTC')"
     "  THEN (s AT TIME ZONE 'UTC')::date ELSE (s AT TIME ZONE 'UTC')::date + 1 END AS d0,"
@@ -124,9 +128,22 @@ static const char TOP_SQL[] =
     " edge AS (SELECT lo, hi FROM (SELECT s AS lo, least(e, t0) AS hi FROM bt"
     "  UNION ALL SELECT greatest(s, t1, t0), e FROM bt) AS x WHERE lo < hi),"
     " r AS ("
-    " SELECT " GRP("dd") " AS g, dd.dimension, dd.value, dd.is_bot, dd.visits"
-    " FROM link_day_dim dd WHERE dd.url_link_id = ANY($1) AND dd.day >= $8 AND dd.day < $9"
+    " SELECT " GRP("md") " AS g, md.dimension, md.value, md.is_bot, md.visits"
+    " FROM link_month_dim md WHERE md.url_link_id = ANY($1) AND md.month >= $10"
+    "  AND md.month < $11 AND NOT ($6 AND md.is_bot)"
+    " UNION ALL"
+    " SELECT " GRP("dd") ", dd.dimension, dd.value, dd.is_bot, dd.visits"
+    " FROM link_day_dim_row dd WHERE dd.url_link_id = ANY($1) AND dd.day >= $8 AND dd.day < $10"
     "  AND NOT ($6 AND dd.is_bot)"
+    " UNION ALL"
+    " SELECT " GRP("dd") ", dd.dimension, dd.value, dd.is_bot, dd.visits"
+    " FROM link_day_dim_row dd WHERE dd.url_link_id = ANY($1) AND dd.day >= $11 AND dd.day < $9"
+    "  AND NOT ($6 AND dd.is_bot)"
+    " UNION ALL"
+    " SELECT " GRP("bb") ", u.dimension, u.value, bb.is_bot, u.visits"
+    " FROM link_day_dim_batch bb CROSS JOIN LATERAL unnest(bb.dimension, bb.value, bb.visits)"
+    "  AS u (dimension, value, visits)"
+    " WHERE bb.url_link_id = ANY($1) AND bb.day >= $8 AND bb.day < $9 AND NOT ($6 AND bb.is_bot)"
     " UNION ALL"
     " SELECT " GRP("v") ", x.dimension, x.value, v.is_bot, 1"
     " FROM edge CROSS JOIN LATERAL (SELECT vr.* FROM visit_record vr WHERE vr.url_link_id = ANY($1)"
@@ -319,10 +336,16 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	    "  AND attname = 'visitors' AND NOT attisdropped)", 3, NULL, vals, errstr, errstr_size);
 	if (r != NULL && !PQgetisnull(r, 0, 0) && strcmp(PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1)) <= 0) {
 		const char *dv[3] = { PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), tz };
+		/* whole UTC days [d0, d1), whole months [m0, m1) inside them */
 		PGresult *d = exec(q, "WITH p AS (SELECT $1::date::timestamp AT TIME ZONE $3 AS s,"
-		    " ($2::date + 1)::timestamp AT TIME ZONE $3 AS e) SELECT CASE WHEN s ="
-		    " date_trunc('day', s, 'UTC') THEN (s AT TIME ZONE 'UTC')::date"
-		    " ELSE (s AT TIME ZONE 'UTC')::date + 1 END, (e AT TIME ZONE 'UTC')::date FROM p",
+		    " ($2::date + 1)::timestamp AT TIME ZONE $3 AS e),"
+		    " dd AS (SELECT CASE WHEN s = date_trunc('day', s, 'UTC') THEN (s AT TIME ZONE 'UTC')::date"
+		    "  ELSE (s AT TIME ZONE 'UTC')::date + 1 END AS d0, (e AT TIME ZONE 'UTC')::date AS d1 FROM p),"
+		    " mm AS (SELECT d0, d1, CASE WHEN d0 = date_trunc('month', d0)::date THEN d0"
+		    "  ELSE (date_trunc('month', d0) + interval '1 month')::date END AS m0,"
+		    "  date_trunc('month', d1)::date AS m1 FROM dd)"
+		    " SELECT d0, d1, CASE WHEN m0 < m1 THEN m0 ELSE d1 END,"
+		    "  CASE WHEN m0 < m1 THEN m1 ELSE d1 END FROM mm",
 		    3, NULL, dv, errstr, errstr_size);
 
 		if (d == NULL) {
@@ -332,6 +355,8 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 		}
 		snprintf(q->d0, sizeof(q->d0), "%s", PQgetvalue(d, 0, 0));
 		snprintf(q->d1, sizeof(q->d1), "%s", PQgetvalue(d, 0, 1));
+		snprintf(q->m0, sizeof(q->m0), "%s", PQgetvalue(d, 0, 2));
+		snprintf(q->m1, sizeof(q->m1), "%s", PQgetvalue(d, 0, 3));
 		PQclear(d);
 	}
 	if (r == NULL) {
@@ -581,8 +606,8 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
      char *errstr, size_t errstr_size)
 {
 	static const Oid types[] = { OID_INT8ARR, OID_DATE, OID_DATE, OID_TEXT, OID_BOOL, OID_BOOL,
-	    OID_INT8, OID_DATE, OID_DATE };
-	const char *vals[9];
+	    OID_INT8, OID_DATE, OID_DATE, OID_DATE, OID_DATE };
+	const char *vals[11];
 	char *arr = id_array(ids, n), sql[sizeof(SERIES_SQL) + sizeof(SERIES_HOURLY_SQL) + 1024];
 	char hsql[sizeof(SERIES_HOURLY_SQL) + 128] = "";
 	const char *hourly = q->hours ? "(g, h), " : "";
@@ -605,6 +630,8 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	vals[6] = q->top_n_s;
 	vals[7] = q->d0;
 	vals[8] = q->d1;
+	vals[9] = q->m0;
+	vals[10] = q->m1;
 	if (q->hours)
 		snprintf(hsql, sizeof(hsql), SERIES_HOURLY_SQL, q->hll ?
 		    "coalesce(round(hll_cardinality(hll_union_agg(pieces.sk))), 0)::bigint" : "0::bigint");
@@ -616,7 +643,7 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	else
 		snprintf(sql, sizeof(sql), SERIES_SQL, "", "", "NULL::int", "0::bigint", "0::bigint", hsql);
 	/* The top-N query runs on the second connection meanwhile. */
-	if (send_on(q->conn2, TOP_SQL, 9, types, vals, errstr, errstr_size) < 0)
+	if (send_on(q->conn2, TOP_SQL, 11, types, vals, errstr, errstr_size) < 0)
 		goto out;
 	top_sent = 1;
 	if ((r = exec(q, sql, 7, types, vals, errstr, errstr_size)) == NULL)

@@ -139,6 +139,14 @@ def load(pg):
         vis_col=", visitors" if hll else "",
         vis_agg=(", coalesce(hll_add_agg(hll_hash_text(client_id::text)) FILTER (WHERE NOT is_bot),"
                  " hll_empty())") if hll else ""))
+    # 0008: the monthly sums of the compacted day rows (what
+    # link_day_dim_compact() keeps in step with them)
+    cur.execute("SELECT to_regclass('link_month_dim') IS NOT NULL")
+    month_table = cur.fetchone()[0]
+    if month_table:
+        cur.execute("INSERT INTO link_month_dim (url_link_id, month, dimension, value, is_bot, "
+                    "visits) SELECT url_link_id, date_trunc('month', day)::date, dimension, value, "
+                    "is_bot, sum(visits) FROM link_day_dim_row GROUP BY 1, 2, 3, 4, 5")
     if not hll:
         cur.execute("INSERT INTO link_hour_visitor SELECT DISTINCT url_link_id, "
                     "date_trunc('hour', visit_time, 'UTC'), client_id FROM visit_record "
@@ -160,7 +168,7 @@ def load(pg):
                 "(SELECT count(*) FROM link_day_dim)")
     n_visits, n_hours, n_dims = cur.fetchone()
     cur.execute("SELECT sum(relallvisible), sum(relpages) FROM pg_class "
-                "WHERE relname IN ('link_hour', %s)", (dim_table,))
+                "WHERE relname IN ('link_hour', 'link_month_dim', %s)", (dim_table,))
     vis, pages = cur.fetchone()
     conn.close()
     print(f"reports_load {n_visits} visits (COPY {t_copy:.1f} s), rollups {n_hours} link_hour + "

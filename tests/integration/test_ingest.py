@@ -184,6 +184,11 @@ def assert_rollups(pg):
                  "GROUP BY 1, 2, 3, 4, 5 HAVING sum(visits) > 0")
     assert diff(EXPECTED_DIMS, have_dims) == "0"
     assert diff(have_dims, EXPECTED_DIMS) == "0"
+    # 0008: link_month_dim is the compacted day rows summed per month, always
+    exp_month = ("SELECT url_link_id, date_trunc('month', day)::date, dimension, value, is_bot, "
+                 "sum(visits) FROM link_day_dim_row GROUP BY 1, 2, 3, 4, 5")
+    have_month = "SELECT url_link_id, month, dimension, value, is_bot, visits FROM link_month_dim"
+    assert diff(exp_month, have_month) == "0" and diff(have_month, exp_month) == "0"
     exp_hour = ("SELECT url_link_id, date_trunc('hour', visit_time AT TIME ZONE 'UTC'), "
                 "count(*) FILTER (WHERE NOT is_bot), count(*) FILTER (WHERE is_bot), "
                 "min(visit_time), max(visit_time) FROM visit_record WHERE url_link_id IS NOT NULL "
@@ -395,6 +400,7 @@ def test_breakdowns_batch_rows_odd_values_and_compaction(procs, pg, broker):
     assert pg.psql("SELECT count(*) FROM link_day_dim_batch") == "0"
     assert pg.psql(keys) == "0"
     assert_rollups(pg)
+    assert int(pg.psql("SELECT count(*) FROM link_month_dim")) > 0
     more = [gen.event() for _ in range(100)]
     produce(broker.bootstrap, broker.topic, more)
     wait_counts(pg, len(events) + len(more), proc=ing)

@@ -295,6 +295,41 @@ def test_random_link_equals_plain_sql(db, tz):
     assert (doc["totals"]["first_visit"], doc["totals"]["last_visit"]) == (first, last)
 
 
+def test_whole_months_from_month_rollup_after_compaction(db):
+    """Whole UTC months of a range are read from link_month_dim (0008), which
+    only link_day_dim_compact() fills: reports before compaction, after a
+    compaction that leaves part of the batch rows uncompacted (months and
+    batch rows add up), and after a full one are identical and equal plain
+    SQL, in UTC and in zones whose range edges cut days and months."""
+    ranges = [("2024-04-01", "2024-06-30", "UTC"), ("2024-04-01", "2024-06-30", "Asia/Shanghai"),
+              ("2024-05-01", "2024-05-31", "Asia/Kolkata"), ("2024-04-15", "2024-06-02", "UTC")]
+    args = [("--link", "rpR", "--from", f, "--to", t, "--tz", tz, "--top", "5") for f, t, tz in ranges]
+    before = [report(db, *a) for a in args]
+    rid = db.ids["rpR"]
+    # keep rpR's batch rows of May 1-4 out of the first compaction
+    db.psql(f"CREATE TABLE stash AS SELECT * FROM link_day_dim_batch WHERE url_link_id = {rid} "
+            f"AND day < '2024-05-05'; DELETE FROM link_day_dim_batch WHERE url_link_id = {rid} "
+            f"AND day < '2024-05-05'")
+    assert int(db.psql("SELECT count(*) FROM stash")) > 0
+    db.psql("SELECT link_day_dim_compact()")
+    db.psql("INSERT INTO link_day_dim_batch SELECT * FROM stash; DROP TABLE stash")
+    assert int(db.psql(f"SELECT count(*) FROM link_month_dim WHERE url_link_id = {rid} "
+                       f"AND month = '2024-05-01'")) > 0
+    mixed = [report(db, *a) for a in args]
+    db.psql("SELECT link_day_dim_compact()")
+    assert db.psql("SELECT count(*) FROM link_day_dim_batch") == "0"
+    after = [report(db, *a) for a in args]
+    for (f, t, tz), b, m, a in zip(ranges, before, mixed, after):
+        for doc in (b, m, a):
+            doc.pop("generated_at")
+        assert b == m == a, (f, t, tz)
+        assert a["totals"]["visits"] > 100
+        (v, u, bots), days, top = sql_expect(db, "rpR", f, t, tz, top_n=5)
+        assert (a["totals"]["visits"], a["totals"]["uniques"], a["totals"]["bot_visits"]) == \
+            (v, u, bots)
+        assert tops(a) == top, (f, t, tz)
+
+
 def test_short_range_in_half_hour_zone_has_exact_hours(db):
     doc = report(db, "--link", "rpR", "--from", "2024-05-03", "--to", "2024-05-03",
                  "--tz", "Asia/Kolkata")
