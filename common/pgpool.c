@@ -127,11 +127,21 @@ pgpool_put(struct pgpool *p, PGconn *c)
 	pthread_mutex_unlock(&p->mtx);
 }
 
+static PGresult *result_or_error(PGconn *c, PGresult *r, char sqlstate[6], char *errstr,
+                                 size_t errstr_size);
+
 PGresult *
 pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
             char sqlstate[6], char *errstr, size_t errstr_size)
 {
-	PGresult *r = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
+	return result_or_error(c, PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0),
+	    sqlstate, errstr, errstr_size);
+}
+
+/* r when it succeeded; else NULL with errstr and sqlstate, r cleared. */
+static PGresult *
+result_or_error(PGconn *c, PGresult *r, char sqlstate[6], char *errstr, size_t errstr_size)
+{
 	ExecStatusType st = PQresultStatus(r);
 	const char *s;
 	size_t n;
@@ -149,6 +159,26 @@ pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
 		errstr[--n] = '\0';
 	PQclear(r);
 	return NULL;
+}
+
+PGresult *
+pgpool_exec_prepared(PGconn *c, const char *name, const char *sql, int nparams,
+                     const char *const *params, char sqlstate[6], char *errstr,
+                     size_t errstr_size)
+{
+	PGresult *r = PQexecPrepared(c, name, nparams, params, NULL, NULL, 0);
+	const char *s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+
+	/* 26000 invalid_sql_statement_name: not prepared on this connection */
+	if (PQresultStatus(r) == PGRES_FATAL_ERROR && s != NULL && strcmp(s, "26000") == 0) {
+		PQclear(r);
+		r = PQprepare(c, name, sql, nparams, NULL);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			return result_or_error(c, r, sqlstate, errstr, errstr_size);
+		PQclear(r);
+		r = PQexecPrepared(c, name, nparams, params, NULL, NULL, 0);
+	}
+	return result_or_error(c, r, sqlstate, errstr, errstr_size);
 }
 
 int

@@ -31,4 +31,13 @@ int pgpool_ping(struct pgpool *p, char *errstr, size_t errstr_size);
 PGresult *pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
                       char sqlstate[6], char *errstr, size_t errstr_size);
 
+/* As pgpool_exec, for a statement run often: executes the prepared
+ * statement name (one per distinct sql, the same on every connection),
+ * preparing it on c first when c does not have it yet, so parsing and
+ * planning are not paid per call. Only outside an explicit transaction (the
+ * first failed attempt on a connection would abort it). */
+PGresult *pgpool_exec_prepared(PGconn *c, const char *name, const char *sql, int nparams,
+                               const char *const *params, char sqlstate[6], char *errstr,
+                               size_t errstr_size);
+
 #endif

@@ -485,7 +485,8 @@ sql_round(struct links *L, struct linkbatch_item **it, size_t n)
 		links_db_fail(&err, errstr);
 		goto fail_all;
 	}
-	r = pgpool_exec(c, batch_sql, 1 + A_N, params, NULL, errstr, sizeof(errstr));
+	r = pgpool_exec_prepared(c, "lp_link_batch", batch_sql, 1 + A_N, params, NULL, errstr,
+	    sizeof(errstr));
 	pgpool_put(L->pg, c);
 	if (r == NULL) {
 		links_db_fail(&err, errstr);
