@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <libpq-fe.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,11 @@
 struct query {
 	PGconn *conn;
 	PGconn *conn2;           /* runs the top-N query while conn runs the series */
+	char *dsn;
+	pthread_t conn2_thread;  /* connects conn2 and sets its session up */
+	int conn2_pending;       /* conn2_thread runs or is not yet joined */
+	int conn2_rc;            /* 0 once conn2 is ready */
+	char conn2_err[512];
 	int hll;                 /* link_hour.visitors exists */
 	char from[11], to[11];
 	char d0[11], d1[11];     /* whole UTC days of the range: [d0, d1) */
@@ -257,26 +263,62 @@ labels(struct query *q, const char *sql, char *errstr, size_t errstr_size)
 	return a;
 }
 
-/* Completes a PQconnectStart connection: 0 connected, -1 failed. */
-static int
-connect_finish(PGconn *c)
+/* "a,b,c" as a JSON array of strings; NULL when out of memory. */
+static json_t *
+split_labels(const char *csv)
 {
-	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+	json_t *a = json_array();
 
-	if (c == NULL || PQstatus(c) == CONNECTION_BAD)
-		return -1;
-	for (;;) {
-		struct pollfd pfd = { PQsocket(c), 0, 0 };
+	while (a != NULL && *csv != '\0') {
+		size_t n = strcspn(csv, ",");
 
-		if (st == PGRES_POLLING_OK)
-			return 0;
-		if (st == PGRES_POLLING_FAILED || pfd.fd < 0)
-			return -1;
-		pfd.events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
-		if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
-			return -1;
-		st = PQconnectPoll(c);
+		if (json_array_append_new(a, json_stringn(csv, n)) < 0) {
+			json_decref(a);
+			return NULL;
+		}
+		csv += n + (csv[n] == ',');
 	}
+	return a;
+}
+
+/* conn2_thread: connects the second connection and sets its session up
+ * while the first one reads the range and the link. */
+static void *
+conn2_open(void *arg)
+{
+	struct query *q = arg;
+	const char *vals[1] = { q->tz };
+	PGresult *r;
+
+	q->conn2_rc = -1;
+	q->conn2 = PQconnectdb(q->dsn);
+	if (PQstatus(q->conn2) != CONNECTION_OK) {
+		errstr_set(q->conn2_err, sizeof(q->conn2_err), "PostgreSQL: %s",
+		    q->conn2 ? PQerrorMessage(q->conn2) : "out of memory");
+		return NULL;
+	}
+	r = checked(q->conn2, PQexecParams(q->conn2, SESSION_SQL, 1, NULL, vals, NULL, NULL, 0),
+	    q->conn2_err, sizeof(q->conn2_err));
+	if (r != NULL) {
+		PQclear(r);
+		q->conn2_rc = 0;
+	}
+	return NULL;
+}
+
+/* Waits for conn2_open; 0 when conn2 is usable, else -1 with errstr. */
+static int
+conn2_ready(struct query *q, char *errstr, size_t errstr_size)
+{
+	if (q->conn2_pending) {
+		pthread_join(q->conn2_thread, NULL);
+		q->conn2_pending = 0;
+	}
+	if (q->conn2_rc < 0) {
+		errstr_set(errstr, errstr_size, "%s", q->conn2_err);
+		return -1;
+	}
+	return 0;
 }
 
 struct query *
@@ -297,8 +339,16 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	q->exclude_bots = exclude_bots;
 	q->top_n = top_n;
 	snprintf(q->top_n_s, sizeof(q->top_n_s), "%lld", top_n);
-	/* The second connection is set up while the first one works. */
-	q->conn2 = PQconnectStart(dsn);
+	/* The second connection is set up on a thread while the first one works. */
+	if ((q->dsn = strdup(dsn)) == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		query_close(q);
+		return NULL;
+	}
+	if (pthread_create(&q->conn2_thread, NULL, conn2_open, q) == 0)
+		q->conn2_pending = 1;
+	else
+		conn2_open(q);
 	q->conn = PQconnectdb(dsn);
 	if (PQstatus(q->conn) != CONNECTION_OK) {
 		errstr_set(errstr, errstr_size, "PostgreSQL: %s", PQerrorMessage(q->conn));
@@ -317,48 +367,28 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 		return NULL;
 	}
 	PQclear(r);
-	if (connect_finish(q->conn2) < 0 ||
-	    (r = checked(q->conn2, PQexecParams(q->conn2, SESSION_SQL, 1, NULL, vals, NULL, NULL, 0),
-	    errstr, errstr_size)) == NULL) {
-		if (q->conn2 == NULL || PQstatus(q->conn2) != CONNECTION_OK)
-			errstr_set(errstr, errstr_size, "PostgreSQL: %s",
-			    q->conn2 ? PQerrorMessage(q->conn2) : "out of memory");
-		query_close(q);
-		return NULL;
-	}
-	PQclear(r);
 	vals[0] = from;
 	vals[1] = to;
 	vals[2] = tz;
-	r = exec(q, "SELECT coalesce($1::date, coalesce($2::date, (now() AT TIME ZONE $3)::date) - 29),"
-	    " coalesce($2::date, (now() AT TIME ZONE $3)::date),"
-	    " (SELECT count(*) FROM pg_attribute WHERE attrelid = 'link_hour'::regclass"
-	    "  AND attname = 'visitors' AND NOT attisdropped)", 3, NULL, vals, errstr, errstr_size);
-	if (r != NULL && !PQgetisnull(r, 0, 0) && strcmp(PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1)) <= 0) {
-		const char *dv[3] = { PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), tz };
-		/* whole UTC days [d0, d1), whole months [m0, m1) inside them */
-		PGresult *d = exec(q, "WITH p AS (SELECT $1::date::timestamp AT TIME ZONE $3 AS s,"
-		    " ($2::date + 1)::timestamp AT TIME ZONE $3 AS e),"
-		    " dd AS (SELECT CASE WHEN s = date_trunc('day', s, 'UTC') THEN (s AT TIME ZONE 'UTC')::date"
-		    "  ELSE (s AT TIME ZONE 'UTC')::date + 1 END AS d0, (e AT TIME ZONE 'UTC')::date AS d1 FROM p),"
-		    " mm AS (SELECT d0, d1, CASE WHEN d0 = date_trunc('month', d0)::date THEN d0"
-		    "  ELSE (date_trunc('month', d0) + interval '1 month')::date END AS m0,"
-		    "  date_trunc('month', d1)::date AS m1 FROM dd)"
-		    " SELECT d0, d1, CASE WHEN m0 < m1 THEN m0 ELSE d1 END,"
-		    "  CASE WHEN m0 < m1 THEN m1 ELSE d1 END FROM mm",
-		    3, NULL, dv, errstr, errstr_size);
-
-		if (d == NULL) {
-			PQclear(r);
-			query_close(q);
-			return NULL;
-		}
-		snprintf(q->d0, sizeof(q->d0), "%s", PQgetvalue(d, 0, 0));
-		snprintf(q->d1, sizeof(q->d1), "%s", PQgetvalue(d, 0, 1));
-		snprintf(q->m0, sizeof(q->m0), "%s", PQgetvalue(d, 0, 2));
-		snprintf(q->m1, sizeof(q->m1), "%s", PQgetvalue(d, 0, 3));
-		PQclear(d);
-	}
+	/* One round trip: the range, whether link_hour has hll sketches, the
+	 * whole UTC days [d0, d1) and whole months [m0, m1) inside the range
+	 * (m0 = m1 = d1 when none), and the day labels (at most 3701: a longer
+	 * range is refused below). */
+	r = exec(q, "WITH r AS (SELECT coalesce($1::date, coalesce($2::date, (now() AT TIME ZONE $3)::date)"
+	    "  - 29) AS f, coalesce($2::date, (now() AT TIME ZONE $3)::date) AS t),"
+	    " p AS (SELECT f, t, f::timestamp AT TIME ZONE $3 AS s, (t + 1)::timestamp AT TIME ZONE $3 AS e"
+	    "  FROM r),"
+	    " dd AS (SELECT *, CASE WHEN s = date_trunc('day', s, 'UTC') THEN (s AT TIME ZONE 'UTC')::date"
+	    "  ELSE (s AT TIME ZONE 'UTC')::date + 1 END AS d0, (e AT TIME ZONE 'UTC')::date AS d1 FROM p),"
+	    " mm AS (SELECT *, CASE WHEN d0 = date_trunc('month', d0)::date THEN d0"
+	    "  ELSE (date_trunc('month', d0) + interval '1 month')::date END AS m0,"
+	    "  date_trunc('month', d1)::date AS m1 FROM dd)"
+	    " SELECT f, t, (SELECT count(*) FROM pg_attribute WHERE attrelid = 'link_hour'::regclass"
+	    "  AND attname = 'visitors' AND NOT attisdropped), d0, d1,"
+	    " CASE WHEN m0 < m1 THEN m0 ELSE d1 END, CASE WHEN m0 < m1 THEN m1 ELSE d1 END,"
+	    " (SELECT string_agg(to_char(x, 'YYYY-MM-DD'), ',') FROM (SELECT x FROM generate_series("
+	    "  f::timestamp, t::timestamp, interval '1 day') AS x ORDER BY x LIMIT 3701) AS l), t - f + 1"
+	    " FROM mm", 3, NULL, vals, errstr, errstr_size);
 	if (r == NULL) {
 		query_close(q);
 		return NULL;
@@ -366,19 +396,25 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	snprintf(q->from, sizeof(q->from), "%s", PQgetvalue(r, 0, 0));
 	snprintf(q->to, sizeof(q->to), "%s", PQgetvalue(r, 0, 1));
 	q->hll = strcmp(PQgetvalue(r, 0, 2), "1") == 0;
-	PQclear(r);
+	snprintf(q->d0, sizeof(q->d0), "%s", PQgetvalue(r, 0, 3));
+	snprintf(q->d1, sizeof(q->d1), "%s", PQgetvalue(r, 0, 4));
+	snprintf(q->m0, sizeof(q->m0), "%s", PQgetvalue(r, 0, 5));
+	snprintf(q->m1, sizeof(q->m1), "%s", PQgetvalue(r, 0, 6));
 	if (strcmp(q->from, q->to) > 0) {
+		PQclear(r);
 		errstr_set(errstr, errstr_size, "--from %s is after --to %s", q->from, q->to);
 		*bad_input = 1;
 		query_close(q);
 		return NULL;
 	}
-	if ((q->days = labels(q, "SELECT to_char(d, 'YYYY-MM-DD') FROM generate_series($2::date::timestamp,"
-	    " $3::date::timestamp, interval '1 day') AS d", errstr, errstr_size)) == NULL) {
+	q->days = split_labels(PQgetvalue(r, 0, 7));
+	ndays = atoi(PQgetvalue(r, 0, 8));
+	PQclear(r);
+	if (q->days == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
 		query_close(q);
 		return NULL;
 	}
-	ndays = (int)json_array_size(q->days);
 	if (ndays > 3700) {
 		errstr_set(errstr, errstr_size, "range of %d days is too long (at most 3700)", ndays);
 		*bad_input = 1;
@@ -413,8 +449,11 @@ query_close(struct query *q)
 		return;
 	if (q->conn != NULL)
 		PQfinish(q->conn);
+	if (q->conn2_pending)
+		pthread_join(q->conn2_thread, NULL);
 	if (q->conn2 != NULL)
 		PQfinish(q->conn2);
+	free(q->dsn);
 	json_decref(q->days);
 	json_decref(q->hours);
 	json_decref(q->zero_days);
@@ -643,7 +682,8 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	else
 		snprintf(sql, sizeof(sql), SERIES_SQL, "", "", "NULL::int", "0::bigint", "0::bigint", hsql);
 	/* The top-N query runs on the second connection meanwhile. */
-	if (send_on(q->conn2, TOP_SQL, 11, types, vals, errstr, errstr_size) < 0)
+	if (conn2_ready(q, errstr, errstr_size) < 0 ||
+	    send_on(q->conn2, TOP_SQL, 11, types, vals, errstr, errstr_size) < 0)
 		goto out;
 	top_sent = 1;
 	if ((r = exec(q, sql, 7, types, vals, errstr, errstr_size)) == NULL)
