@@ -16,9 +16,6 @@
 #include <time.h>
 
 #define COPY_CHUNK (256 * 1024)
-/* How often link_day_dim_compact() folds the per-batch link_day_dim rows
- * (0007) into one row per key, on the loader's connection between batches. */
-#define COMPACT_INTERVAL_MS 60000.0
 /* Connections loading one batch at once, each for the partitions
  * p % LANES == lane (2: the cores of a small server; see README). */
 #define LANES 2
@@ -29,7 +26,6 @@ struct loader {
 	int hll;
 	char *insert_sql;          /* owned, built at connect */
 	struct rollup *roll;       /* owned: the current batch's rollups */
-	double last_compact_ms;    /* monotonic ms of the last compaction (or start) */
 	struct loader *peer;       /* owned: lane 1 (its own connection), or NULL in
 	                            * the peer itself */
 	int lanes, lane;           /* this load takes partitions p % lanes == lane */
@@ -569,30 +565,6 @@ rollup_thread(void *arg)
 	return NULL;
 }
 
-/* Every COMPACT_INTERVAL_MS, after a commit: folds link_day_dim_batch into
- * link_day_dim_row (its own transaction; sums unchanged, so a failure only
- * logs and waits for the next turn). */
-static void
-maybe_compact(struct loader *l)
-{
-	double t0 = mono_ms();
-	PGresult *r;
-
-	if (t0 - l->last_compact_ms < COMPACT_INTERVAL_MS)
-		return;
-	l->last_compact_ms = t0;
-	r = PQexec(l->conn, "SELECT link_day_dim_compact()");
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		char err[512];
-		set_pg_error(l->conn, r, "link_day_dim_compact", err, sizeof(err));
-		log_warnx("%s (retried in %.0f s)", err, COMPACT_INTERVAL_MS / 1000);
-	} else {
-		log_info("link_day_dim: %s batch rows compacted in %.0f ms", PQgetvalue(r, 0, 0),
-		    mono_ms() - t0);
-	}
-	PQclear(r);
-}
-
 static int
 load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
      size_t errstr_size)
@@ -705,8 +677,6 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 	free(keep);
 	for (size_t i = 0; i < npending; i++)
 		remember_month(l, pending[i]);
-	if (l->peer)
-		maybe_compact(l);
 	log_debug("loaded %zu rows (%llu new): probe %.1f ms, COPY visit_record %.1f ms (rollups"
 	    " in C on a thread meanwhile, then waited %.1f ms), COPY rollups %.1f ms,"
 	    " link_hour/total/orphan upserts %.1f ms, total %.1f ms", b->rows,
@@ -900,7 +870,6 @@ loader_alloc(const char *dsn, const char *group, const char *topic)
 	l->topic = strdup(topic);
 	l->roll = rollup_new();
 	l->lanes = LANES;
-	l->last_compact_ms = mono_ms();
 	if (l->dsn == NULL || l->group == NULL || l->topic == NULL || l->roll == NULL) {
 		loader_release(l);
 		return NULL;

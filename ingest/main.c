@@ -2,6 +2,7 @@
  * signals and the consume / batch / load loop (one batch loading while the
  * next is built), with recovery from PostgreSQL failures and lost offsets. */
 #include "batch.h"
+#include "compactor.h"
 #include "config.h"
 #include "consumer.h"
 #include "enrich.h"
@@ -33,6 +34,7 @@ struct ingest_conf {
 	long long batch_max_ms;
 	long long kafka_session_timeout_ms;
 	long long ua_cache_entries;
+	long long compact_interval_s;
 	char *log_level;
 	char *log_format;
 };
@@ -59,6 +61,8 @@ static const struct cfg_opt ingest_tab[] = {
 	  "consumer group session timeout (a killed ingest's partitions move after this)" },
 	{ "ua_cache_entries", CFG_INT, "100000", 0, 10000000, NULL, OFF(ua_cache_entries), 0,
 	  "user-agent parse cache size (0: no cache)" },
+	{ "compact_interval_s", CFG_INT, "60", 0, 86400, NULL, OFF(compact_interval_s), 0,
+	  "run link_day_dim_compact() this often, on its own connection (0: never; run it from cron)" },
 	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", OFF(log_level), 1, "log level" },
 	{ "log_format", CFG_ENUM, "logfmt", 0, 0, "logfmt|json", OFF(log_format), 1, "log line format" },
 	CFG_END
@@ -74,6 +78,7 @@ struct app {
 	struct ingest_conf conf;
 	struct enricher *enr;
 	struct loader *loader;
+	struct compactor *compactor;
 	struct consumer *cons;
 	struct batch batches[2]; /* batches[cur] is being built; the other may be loading */
 	int cur;
@@ -453,6 +458,12 @@ main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
+	if (a.conf.compact_interval_s > 0 && (a.compactor = compactor_start(a.conf.pg_dsn,
+	    (int)a.conf.compact_interval_s, errstr, sizeof(errstr))) == NULL) {
+		log_fatalx("compactor: %s", errstr);
+		rc = 1;
+		goto out;
+	}
 	if (loader_connect(a.loader, errstr, sizeof(errstr)) < 0)
 		log_error("PostgreSQL: %s (retrying when partitions are assigned)", errstr);
 	memset(&cc, 0, sizeof(cc));
@@ -475,6 +486,7 @@ main(int argc, char **argv)
 	drain(&a);
 out:
 	consumer_close(a.cons);
+	compactor_stop(a.compactor);
 	metricsd_stop(a.metricsd);
 	loader_free(a.loader);
 	enrich_free(a.enr);

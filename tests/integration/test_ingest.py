@@ -406,3 +406,26 @@ def test_breakdowns_batch_rows_odd_values_and_compaction(procs, pg, broker):
     wait_counts(pg, len(events) + len(more), proc=ing)
     assert_rollups(pg)
     assert int(pg.psql("SELECT count(*) FROM link_day_dim_batch")) > 0
+
+
+def test_background_compaction_beside_loading(procs, pg, broker):
+    """compact_interval_s: ingest compacts link_day_dim on its own connection
+    while batches keep loading; the rollups stay equal to visit_record at
+    every step and the batch rows are folded once loading is idle."""
+    gen = EventGen(seed=23)
+    ing = start_ingest(procs, pg, broker, batch_max_events=50, compact_interval_s=1)
+    total = 0
+    for _ in range(4):
+        more = [gen.event() for _ in range(150)]
+        produce(broker.bootstrap, broker.topic, more)
+        total += len(more)
+        wait_counts(pg, total, proc=ing)
+        assert_rollups(pg)
+    deadline = time.time() + 30
+    while time.time() < deadline and pg.psql("SELECT count(*) FROM link_day_dim_batch") != "0":
+        time.sleep(0.3)
+    assert pg.psql("SELECT count(*) FROM link_day_dim_batch") == "0"
+    assert "batch rows compacted" in ing.output()
+    assert int(pg.psql("SELECT count(*) FROM link_month_dim")) > 0
+    assert_rollups(pg)
+    assert ing.stop() == 0, ing.output()[-2000:]

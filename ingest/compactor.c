@@ -1,0 +1,152 @@
+/* compactor.c - the periodic link_day_dim_compact() of ingest: its own
+ * thread and connection; a failure is logged and retried at the next turn
+ * (the function changes no sums, so a failed or cancelled run loses nothing). */
+#include "compactor.h"
+
+#include "errstr.h"
+#include "log.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct compactor {
+	char *dsn;                 /* owned */
+	int interval_s;
+	PGconn *conn;              /* owned by the thread */
+	PGcancel *cancel;          /* of conn while a compaction runs; under mtx */
+	int quit;                  /* under mtx */
+	pthread_t thread;
+	pthread_mutex_t mtx;
+	pthread_cond_t cond;
+};
+
+static double
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1000 + ts.tv_nsec / 1e6;
+}
+
+/* Waits interval_s (or until quit); 1 when it is time to compact. */
+static int
+wait_turn(struct compactor *c)
+{
+	struct timespec until;
+	int go;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += c->interval_s;
+	pthread_mutex_lock(&c->mtx);
+	while (!c->quit && pthread_cond_timedwait(&c->cond, &c->mtx, &until) != ETIMEDOUT)
+		;
+	go = !c->quit;
+	pthread_mutex_unlock(&c->mtx);
+	return go;
+}
+
+/* One compaction on c->conn (connected first if needed); logs the outcome. */
+static void
+compact_once(struct compactor *c)
+{
+	double t0 = mono_ms();
+	PGresult *r;
+	PGcancel *cancel;
+	int quit;
+
+	if (c->conn == NULL || PQstatus(c->conn) != CONNECTION_OK) {
+		PQfinish(c->conn);
+		c->conn = PQconnectdb(c->dsn);
+		if (PQstatus(c->conn) != CONNECTION_OK) {
+			log_warnx("link_day_dim compaction: PostgreSQL: %s (retried in %d s)",
+			    c->conn ? PQerrorMessage(c->conn) : "out of memory", c->interval_s);
+			return;
+		}
+	}
+	cancel = PQgetCancel(c->conn);
+	pthread_mutex_lock(&c->mtx);
+	if (c->quit) {
+		pthread_mutex_unlock(&c->mtx);
+		PQfreeCancel(cancel);
+		return;
+	}
+	c->cancel = cancel;
+	pthread_mutex_unlock(&c->mtx);
+	r = PQexec(c->conn, "SELECT link_day_dim_compact()");
+	pthread_mutex_lock(&c->mtx);
+	c->cancel = NULL;
+	quit = c->quit;
+	pthread_mutex_unlock(&c->mtx);
+	PQfreeCancel(cancel);
+	if (PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "0") == 0)
+		log_debug("link_day_dim: no batch rows to compact");
+	else if (PQresultStatus(r) == PGRES_TUPLES_OK)
+		log_info("link_day_dim: %s batch rows compacted in %.0f ms", PQgetvalue(r, 0, 0),
+		    mono_ms() - t0);
+	else if (quit)
+		log_info("link_day_dim compaction cancelled: stopping");
+	else
+		log_warnx("link_day_dim compaction: PostgreSQL: %s (retried in %d s)",
+		    r ? PQresultErrorMessage(r) : PQerrorMessage(c->conn), c->interval_s);
+	PQclear(r);
+}
+
+static void *
+run(void *arg)
+{
+	struct compactor *c = arg;
+
+	while (wait_turn(c))
+		compact_once(c);
+	return NULL;
+}
+
+struct compactor *
+compactor_start(const char *dsn, int interval_s, char *errstr, size_t errstr_size)
+{
+	struct compactor *c = calloc(1, sizeof(*c));
+
+	if (c == NULL || (c->dsn = strdup(dsn)) == NULL) {
+		free(c);
+		errstr_set(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	c->interval_s = interval_s;
+	pthread_mutex_init(&c->mtx, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	if (pthread_create(&c->thread, NULL, run, c) != 0) {
+		errstr_set(errstr, errstr_size, "pthread_create failed");
+		pthread_mutex_destroy(&c->mtx);
+		pthread_cond_destroy(&c->cond);
+		free(c->dsn);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void
+compactor_stop(struct compactor *c)
+{
+	char err[256];
+
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&c->mtx);
+	c->quit = 1;
+	if (c->cancel != NULL && !PQcancel(c->cancel, err, sizeof(err)))
+		log_warnx("link_day_dim compaction: cancel: %s", err);
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->mtx);
+	pthread_join(c->thread, NULL);
+	PQfinish(c->conn);
+	pthread_mutex_destroy(&c->mtx);
+	pthread_cond_destroy(&c->cond);
+	free(c->dsn);
+	free(c);
+}
