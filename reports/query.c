@@ -39,6 +39,10 @@ struct query {
 	char from[11], to[11];
 	char d0[11], d1[11];     /* whole UTC days of the range: [d0, d1) */
 	char m0[11], m1[11];     /* its whole UTC months [m0, m1) (m0 = m1 = d1: none) */
+	char wa0[11], wa1[11];   /* whole ISO weeks in [d0, m0) (wa0 = wa1 = m0: none) */
+	char wb0[11], wb1[11];   /* whole ISO weeks in [m1, d1) (wb0 = wb1 = d1: none) */
+	char *top_sql;           /* owned: the top-N statement for these bounds */
+	int split;               /* a local midnight of the range is not on a UTC hour */
 	char *tz, *base_url;
 	int exclude_bots;
 	long long top_n;
@@ -63,7 +67,7 @@ struct query {
 #define IDX_EXPR "CASE agg.gs WHEN 1 THEN agg.day - $2::date" \
 	" WHEN 2 THEN (extract(epoch FROM agg.h - date_trunc('hour', p.s, 'UTC')) / 3600)::bigint ELSE 0 END"
 
-/* %s: sketch column of link_hour, sketch of split rows, day sketch union,
+/* %s: sketch column of link_hour, the split hours' rows, day sketch union,
  * day uniques, total uniques, the hourly part. Totals come from the day
  * rows (day sketches unioned again), not from every hour a second time. */
 static const char SERIES_SQL[] =
@@ -73,11 +77,7 @@ static const char SERIES_SQL[] =
     "  CASE WHEN lh.visits > 0 THEN lh.hour END AS hh%s"
     " FROM link_hour lh, p WHERE lh.url_link_id = ANY($1) AND lh.hour >= p.s AND lh.hour < p.e"
     "  AND lh.hour NOT IN (SELECT h FROM split)"
-    " UNION ALL"
-    " SELECT " GRP("v") ", sp.h, (v.visit_time AT TIME ZONE $4)::date,"
-    "  count(*) FILTER (WHERE NOT v.is_bot), count(*) FILTER (WHERE v.is_bot),"
-    "  min(v.visit_time), max(v.visit_time), CASE WHEN bool_or(NOT v.is_bot) THEN sp.h END%s"
-    SPLIT_FROM " GROUP BY 1, 2, 3),"
+    "%s),"
     " d AS (SELECT g, day, sum(v)::bigint AS v, sum(b)::bigint AS b, min(f) AS f, max(l) AS l,"
     "  min(hh) AS fh, max(hh) AS lh, %s AS sk FROM pieces GROUP BY g, day)"
     " SELECT g, 1 AS gs, (day - $2::date)::bigint AS idx, v, b, %s AS u, NULL::text AS f,"
@@ -85,6 +85,15 @@ static const char SERIES_SQL[] =
     " UNION ALL SELECT g, 3, 0, sum(v)::bigint, sum(b)::bigint, %s, to_char(min(f), " FMT_US "),"
     "  to_char(max(l), " FMT_US "), min(fh), max(lh) FROM d GROUP BY g"
     "%s";
+
+/* The split hours' part of SERIES_SQL, only in zones where a local midnight
+ * of the range is not on a UTC hour (its planning is not free); %s: sketch. */
+static const char SERIES_SPLIT_SQL[] =
+    " UNION ALL"
+    " SELECT " GRP("v") ", sp.h, (v.visit_time AT TIME ZONE $4)::date,"
+    "  count(*) FILTER (WHERE NOT v.is_bot), count(*) FILTER (WHERE v.is_bot),"
+    "  min(v.visit_time), max(v.visit_time), CASE WHEN bool_or(NOT v.is_bot) THEN sp.h END%s"
+    SPLIT_FROM " GROUP BY 1, 2, 3";
 
 /* The hourly part of SERIES_SQL (ranges of 7 days or less); %s: uniques. */
 static const char SERIES_HOURLY_SQL[] =
@@ -118,51 +127,58 @@ static const char HUMAN_EDGES_SQL[] =
     " FROM p, unnest($8::bigint[], $9::timestamptz[], $10::timestamptz[]) AS x(g, fh, lh)";
 
 /* Top-N per dimension over the UTC days wholly inside the range [d0, d1):
- * link_month_dim for its whole months [m0, m1) and link_day_dim_row for the
- * other days (compacted rows, 0008: the two hold the same visits), plus the
- * not yet compacted link_day_dim_batch rows of every day; visit_record for
- * the rest (report_visit_dims, 0006). d0, d1, m0, m1 come as literal
- * parameters $8..$11 (computed once by query_open): with them the planner
- * knows how many rows to expect and reads the covering indexes (0006, 0008)
- * instead of bitmap heap scans. */
-static const char TOP_SQL[] =
-    "WITH " CTE_P ", b AS (SELECT s, e, CASE WHEN s = date_trunc('day', s, 'UTC')"
-    "  THEN (s AT TIME ZONE 'UTC')::date ELSE (s AT TIME ZONE 'UTC')::date + 1 END AS d0,"
-    "  (e AT TIME ZONE 'UTC')::date AS d1 FROM p),"
-    " bt AS (SELECT s, e, d0, d1, d0::timestamp AT TIME ZONE 'UTC' AS t0,"
-    "  d1::timestamp AT TIME ZONE 'UTC' AS t1 FROM b),"
-    " edge AS (SELECT lo, hi FROM (SELECT s AS lo, least(e, t0) AS hi FROM bt"
-    "  UNION ALL SELECT greatest(s, t1, t0), e FROM bt) AS x WHERE lo < hi),"
+ * the compacted rows as link_month_dim for its whole months [m0, m1),
+ * link_week_dim for the whole ISO weeks of the stretches before and after
+ * them ([wa0, wa1) in [d0, m0), [wb0, wb1) in [m1, d1)) and link_day_dim_row
+ * for the remaining days (0008, 0009: the three hold the same visits), plus
+ * the not yet compacted link_day_dim_batch rows of every day; visit_record
+ * for the rest (report_visit_dims, 0006). The bounds come as literal
+ * parameters $8..$15 (computed once by query_open): with them the planner
+ * knows how many rows to expect and reads the covering indexes (0006, 0008,
+ * 0009) instead of bitmap heap scans. */
+#define TOP_DAYS(lo, hi) \
+    " SELECT " GRP("dd") ", dd.dimension, dd.value, dd.is_bot, dd.visits" \
+    " FROM link_day_dim_row dd WHERE dd.url_link_id = ANY($1) AND dd.day >= " lo \
+    "  AND dd.day < " hi " AND NOT ($6 AND dd.is_bot)"
+#define TOP_WEEKS(lo, hi) \
+    " SELECT " GRP("wd") ", wd.dimension, wd.value, wd.is_bot, wd.visits" \
+    " FROM link_week_dim wd WHERE wd.url_link_id = ANY($1) AND wd.week >= " lo \
+    "  AND wd.week < " hi " AND NOT ($6 AND wd.is_bot)"
+#define TOP_HEAD \
+    "WITH " CTE_P ", b AS (SELECT s, e, CASE WHEN s = date_trunc('day', s, 'UTC')" \
+    "  THEN (s AT TIME ZONE 'UTC')::date ELSE (s AT TIME ZONE 'UTC')::date + 1 END AS d0," \
+    "  (e AT TIME ZONE 'UTC')::date AS d1 FROM p)," \
+    " bt AS (SELECT s, e, d0, d1, d0::timestamp AT TIME ZONE 'UTC' AS t0," \
+    "  d1::timestamp AT TIME ZONE 'UTC' AS t1 FROM b)," \
+    " edge AS (SELECT lo, hi FROM (SELECT s AS lo, least(e, t0) AS hi FROM bt" \
+    "  UNION ALL SELECT greatest(s, t1, t0), e FROM bt) AS x WHERE lo < hi)," \
     " r AS ("
-    " SELECT " GRP("md") " AS g, md.dimension, md.value, md.is_bot, md.visits"
-    " FROM link_month_dim md WHERE md.url_link_id = ANY($1) AND md.month >= $10"
-    "  AND md.month < $11 AND NOT ($6 AND md.is_bot)"
-    " UNION ALL"
-    " SELECT " GRP("dd") ", dd.dimension, dd.value, dd.is_bot, dd.visits"
-    " FROM link_day_dim_row dd WHERE dd.url_link_id = ANY($1) AND dd.day >= $8 AND dd.day < $10"
-    "  AND NOT ($6 AND dd.is_bot)"
-    " UNION ALL"
-    " SELECT " GRP("dd") ", dd.dimension, dd.value, dd.is_bot, dd.visits"
-    " FROM link_day_dim_row dd WHERE dd.url_link_id = ANY($1) AND dd.day >= $11 AND dd.day < $9"
-    "  AND NOT ($6 AND dd.is_bot)"
-    " UNION ALL"
-    " SELECT " GRP("bb") ", u.dimension, u.value, bb.is_bot, u.visits"
-    " FROM link_day_dim_batch bb CROSS JOIN LATERAL unnest(bb.dimension, bb.value, bb.visits)"
-    "  AS u (dimension, value, visits)"
+/* The first branch, in every query: it names r's columns. */
+#define TOP_BATCH \
+    " SELECT " GRP("bb") " AS g, u.dimension, u.value, bb.is_bot, u.visits" \
+    " FROM link_day_dim_batch bb CROSS JOIN LATERAL unnest(bb.dimension, bb.value, bb.visits)" \
+    "  AS u (dimension, value, visits)" \
     " WHERE bb.url_link_id = ANY($1) AND bb.day >= $8 AND bb.day < $9 AND NOT ($6 AND bb.is_bot)"
-    " UNION ALL"
-    " SELECT " GRP("v") ", x.dimension, x.value, v.is_bot, 1"
-    " FROM edge CROSS JOIN LATERAL (SELECT vr.* FROM visit_record vr WHERE vr.url_link_id = ANY($1)"
-    "  AND vr.visit_time >= edge.lo AND vr.visit_time < edge.hi OFFSET 0) AS v"
-    " CROSS JOIN LATERAL report_visit_dims(v.country_code::text, v.province, v.city, v.isp,"
-    "  v.browser_type, v.browser_version, v.os_type, v.device_type, v.referer_host, v.language) AS x"
-    " WHERE NOT ($6 AND v.is_bot)),"
-    " sums AS (SELECT g, dimension, value,"   /* float8 sums: exact below 2^53, far faster than numeric */
-    "  sum(CASE WHEN is_bot THEN 0 ELSE visits END::float8)::bigint AS v,"
-    "  sum(CASE WHEN is_bot THEN visits ELSE 0 END::float8)::bigint AS b FROM r GROUP BY g, dimension, value),"
-    " k AS (SELECT *, row_number() OVER (PARTITION BY g, dimension ORDER BY v DESC, b DESC, value) AS rn"
-    "  FROM sums WHERE v > 0)"
-    " SELECT g, dimension, value, v, b FROM k WHERE rn <= $7 ORDER BY g, dimension, rn";
+#define TOP_MONTHS \
+    " SELECT " GRP("md") ", md.dimension, md.value, md.is_bot, md.visits" \
+    " FROM link_month_dim md WHERE md.url_link_id = ANY($1) AND md.month >= $10" \
+    "  AND md.month < $11 AND NOT ($6 AND md.is_bot)"
+#define TOP_EDGE \
+    " SELECT " GRP("v") ", x.dimension, x.value, v.is_bot, 1" \
+    " FROM edge CROSS JOIN LATERAL (SELECT vr.* FROM visit_record vr WHERE vr.url_link_id = ANY($1)" \
+    "  AND vr.visit_time >= edge.lo AND vr.visit_time < edge.hi OFFSET 0) AS v" \
+    " CROSS JOIN LATERAL report_visit_dims(v.country_code::text, v.province, v.city, v.isp," \
+    "  v.browser_type, v.browser_version, v.os_type, v.device_type, v.referer_host, v.language) AS x" \
+    " WHERE NOT ($6 AND v.is_bot)"
+/* float8 sums: exact below 2^53, far faster than numeric */
+#define TOP_TAIL \
+    ")," \
+    " sums AS (SELECT g, dimension, value," \
+    "  sum(CASE WHEN is_bot THEN 0 ELSE visits END::float8)::bigint AS v," \
+    "  sum(CASE WHEN is_bot THEN visits ELSE 0 END::float8)::bigint AS b FROM r GROUP BY g, dimension, value)," \
+    " k AS (SELECT *, row_number() OVER (PARTITION BY g, dimension ORDER BY v DESC, b DESC, value) AS rn" \
+    "  FROM sums WHERE v > 0)" \
+    " SELECT g, dimension, value, v, b FROM k WHERE rn <= $7 ORDER BY g, dimension, rn"
 
 /* work_mem: a round of --all sorts and hashes ~80,000 link_day_dim rows; at
  * the default 4 MB both spill to temporary files. */
@@ -261,6 +277,42 @@ labels(struct query *q, const char *sql, char *errstr, size_t errstr_size)
 		json_array_append_new(a, json_string(PQgetvalue(r, i, 0)));
 	PQclear(r);
 	return a;
+}
+
+/* The top-N statement for q's bounds: only the rollup branches whose range
+ * is not empty (each one costs planning time), and the visit_record edges
+ * only when the range does not start and end on UTC midnights (edges).
+ * Returns a malloc'ed string (the caller frees it), NULL when out of memory. */
+static char *
+build_top_sql(const struct query *q, int edges)
+{
+	const struct { const char *lo, *hi, *sql; } br[] = {
+		{ q->m0, q->m1, TOP_MONTHS },
+		{ q->wa0, q->wa1, TOP_WEEKS("$12", "$13") },
+		{ q->wb0, q->wb1, TOP_WEEKS("$14", "$15") },
+		{ q->d0, q->wa0, TOP_DAYS("$8", "$12") },
+		{ q->wa1, q->m0, TOP_DAYS("$13", "$10") },
+		{ q->m1, q->wb0, TOP_DAYS("$11", "$14") },
+		{ q->wb1, q->d1, TOP_DAYS("$15", "$9") },
+		{ "0", edges ? "1" : "0", TOP_EDGE },
+	};
+	static const char sep[] = " UNION ALL";
+	size_t n = sizeof(TOP_HEAD TOP_BATCH TOP_TAIL);
+	char *sql;
+
+	for (size_t i = 0; i < sizeof(br) / sizeof(br[0]); i++)
+		n += strlen(br[i].sql) + sizeof(sep);
+	if ((sql = malloc(n)) == NULL)
+		return NULL;
+	strcpy(sql, TOP_HEAD TOP_BATCH);
+	for (size_t i = 0; i < sizeof(br) / sizeof(br[0]); i++) {
+		if (strcmp(br[i].lo, br[i].hi) < 0) {
+			strcat(sql, sep);
+			strcat(sql, br[i].sql);
+		}
+	}
+	strcat(sql, TOP_TAIL);
+	return sql;
 }
 
 /* "a,b,c" as a JSON array of strings; NULL when out of memory. */
@@ -370,25 +422,39 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	vals[0] = from;
 	vals[1] = to;
 	vals[2] = tz;
-	/* One round trip: the range, whether link_hour has hll sketches, the
-	 * whole UTC days [d0, d1) and whole months [m0, m1) inside the range
-	 * (m0 = m1 = d1 when none), and the day labels (at most 3701: a longer
-	 * range is refused below). */
-	r = exec(q, "WITH r AS (SELECT coalesce($1::date, coalesce($2::date, (now() AT TIME ZONE $3)::date)"
+	/* One round trip (MATERIALIZED: inlined, the chained CTEs cost ~7 ms
+	 * of planning): the range, whether link_hour has hll sketches, the
+	 * whole UTC days [d0, d1), the whole months [m0, m1) inside the range
+	 * (m0 = m1 = d1 when none), the whole ISO weeks of [d0, m0) and of
+	 * [m1, d1) (lo = hi = the stretch's end when none), the day labels (at
+	 * most 3701: a longer range is refused below) and the day count. */
+	r = exec(q, "WITH r AS MATERIALIZED (SELECT coalesce($1::date, coalesce($2::date, (now() AT TIME ZONE $3)::date)"
 	    "  - 29) AS f, coalesce($2::date, (now() AT TIME ZONE $3)::date) AS t),"
-	    " p AS (SELECT f, t, f::timestamp AT TIME ZONE $3 AS s, (t + 1)::timestamp AT TIME ZONE $3 AS e"
+	    " p AS MATERIALIZED (SELECT f, t, f::timestamp AT TIME ZONE $3 AS s, (t + 1)::timestamp AT TIME ZONE $3 AS e"
 	    "  FROM r),"
-	    " dd AS (SELECT *, CASE WHEN s = date_trunc('day', s, 'UTC') THEN (s AT TIME ZONE 'UTC')::date"
+	    " dd AS MATERIALIZED (SELECT *, CASE WHEN s = date_trunc('day', s, 'UTC') THEN (s AT TIME ZONE 'UTC')::date"
 	    "  ELSE (s AT TIME ZONE 'UTC')::date + 1 END AS d0, (e AT TIME ZONE 'UTC')::date AS d1 FROM p),"
-	    " mm AS (SELECT *, CASE WHEN d0 = date_trunc('month', d0)::date THEN d0"
+	    " mm AS MATERIALIZED (SELECT *, CASE WHEN d0 = date_trunc('month', d0)::date THEN d0"
 	    "  ELSE (date_trunc('month', d0) + interval '1 month')::date END AS m0,"
-	    "  date_trunc('month', d1)::date AS m1 FROM dd)"
+	    "  date_trunc('month', d1)::date AS m1 FROM dd),"
+	    " m AS MATERIALIZED (SELECT *, CASE WHEN m0 < m1 THEN m0 ELSE d1 END AS mlo,"
+	    "  CASE WHEN m0 < m1 THEN m1 ELSE d1 END AS mhi FROM mm),"
+	    " w AS MATERIALIZED (SELECT *, CASE WHEN d0 = date_trunc('week', d0)::date THEN d0"
+	    "  ELSE (date_trunc('week', d0) + interval '7 days')::date END AS a0,"
+	    "  date_trunc('week', mlo)::date AS a1,"
+	    "  CASE WHEN mhi = date_trunc('week', mhi)::date THEN mhi"
+	    "  ELSE (date_trunc('week', mhi) + interval '7 days')::date END AS b0,"
+	    "  date_trunc('week', d1)::date AS b1 FROM m)"
 	    " SELECT f, t, (SELECT count(*) FROM pg_attribute WHERE attrelid = 'link_hour'::regclass"
-	    "  AND attname = 'visitors' AND NOT attisdropped), d0, d1,"
-	    " CASE WHEN m0 < m1 THEN m0 ELSE d1 END, CASE WHEN m0 < m1 THEN m1 ELSE d1 END,"
+	    "  AND attname = 'visitors' AND NOT attisdropped), d0, d1, mlo, mhi,"
 	    " (SELECT string_agg(to_char(x, 'YYYY-MM-DD'), ',') FROM (SELECT x FROM generate_series("
-	    "  f::timestamp, t::timestamp, interval '1 day') AS x ORDER BY x LIMIT 3701) AS l), t - f + 1"
-	    " FROM mm", 3, NULL, vals, errstr, errstr_size);
+	    "  f::timestamp, t::timestamp, interval '1 day') AS x ORDER BY x LIMIT 3701) AS l), t - f + 1,"
+	    " CASE WHEN a0 < a1 THEN a0 ELSE mlo END, CASE WHEN a0 < a1 THEN a1 ELSE mlo END,"
+	    " CASE WHEN b0 < b1 THEN b0 ELSE d1 END, CASE WHEN b0 < b1 THEN b1 ELSE d1 END,"
+	    " s < d0::timestamp AT TIME ZONE 'UTC' OR e > d1::timestamp AT TIME ZONE 'UTC',"
+	    " EXISTS (SELECT 1 FROM generate_series(f::timestamp, (t + 1)::timestamp, interval '1 day')"
+	    "  AS g(d) WHERE (g.d AT TIME ZONE $3) <> date_trunc('hour', g.d AT TIME ZONE $3, 'UTC'))"
+	    " FROM w", 3, NULL, vals, errstr, errstr_size);
 	if (r == NULL) {
 		query_close(q);
 		return NULL;
@@ -409,8 +475,14 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	}
 	q->days = split_labels(PQgetvalue(r, 0, 7));
 	ndays = atoi(PQgetvalue(r, 0, 8));
+	snprintf(q->wa0, sizeof(q->wa0), "%s", PQgetvalue(r, 0, 9));
+	snprintf(q->wa1, sizeof(q->wa1), "%s", PQgetvalue(r, 0, 10));
+	snprintf(q->wb0, sizeof(q->wb0), "%s", PQgetvalue(r, 0, 11));
+	snprintf(q->wb1, sizeof(q->wb1), "%s", PQgetvalue(r, 0, 12));
+	q->top_sql = build_top_sql(q, strcmp(PQgetvalue(r, 0, 13), "t") == 0);
+	q->split = strcmp(PQgetvalue(r, 0, 14), "t") == 0;
 	PQclear(r);
-	if (q->days == NULL) {
+	if (q->days == NULL || q->top_sql == NULL) {
 		errstr_set(errstr, errstr_size, "out of memory");
 		query_close(q);
 		return NULL;
@@ -454,6 +526,7 @@ query_close(struct query *q)
 	if (q->conn2 != NULL)
 		PQfinish(q->conn2);
 	free(q->dsn);
+	free(q->top_sql);
 	json_decref(q->days);
 	json_decref(q->hours);
 	json_decref(q->zero_days);
@@ -645,10 +718,11 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
      char *errstr, size_t errstr_size)
 {
 	static const Oid types[] = { OID_INT8ARR, OID_DATE, OID_DATE, OID_TEXT, OID_BOOL, OID_BOOL,
-	    OID_INT8, OID_DATE, OID_DATE, OID_DATE, OID_DATE };
-	const char *vals[11];
-	char *arr = id_array(ids, n), sql[sizeof(SERIES_SQL) + sizeof(SERIES_HOURLY_SQL) + 1024];
+	    OID_INT8, OID_DATE, OID_DATE, OID_DATE, OID_DATE, OID_DATE, OID_DATE, OID_DATE, OID_DATE };
+	const char *vals[15];
+	char *arr = id_array(ids, n), sql[sizeof(SERIES_SQL) + sizeof(SERIES_SPLIT_SQL) + sizeof(SERIES_HOURLY_SQL) + 1024];
 	char hsql[sizeof(SERIES_HOURLY_SQL) + 128] = "";
+	char ssql[sizeof(SERIES_SPLIT_SQL) + 256] = "";
 	const char *hourly = q->hours ? "(g, h), " : "";
 	const char *gs = q->hours ? "grouping(day, h) AS gs, day, h" :
 	    "CASE grouping(day) WHEN 0 THEN 1 ELSE 3 END AS gs, day, NULL::timestamptz AS h";
@@ -671,19 +745,27 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	vals[8] = q->d1;
 	vals[9] = q->m0;
 	vals[10] = q->m1;
+	vals[11] = q->wa0;
+	vals[12] = q->wa1;
+	vals[13] = q->wb0;
+	vals[14] = q->wb1;
 	if (q->hours)
 		snprintf(hsql, sizeof(hsql), SERIES_HOURLY_SQL, q->hll ?
 		    "coalesce(round(hll_cardinality(hll_union_agg(pieces.sk))), 0)::bigint" : "0::bigint");
-	if (q->hll)
-		snprintf(sql, sizeof(sql), SERIES_SQL, ", lh.visitors AS sk",
+	if (q->split)
+		snprintf(ssql, sizeof(ssql), SERIES_SPLIT_SQL, q->hll ?
 		    ", coalesce(hll_add_agg(hll_hash_text(v.client_id::text)) FILTER (WHERE NOT v.is_bot),"
-		    " hll_empty())", "hll_union_agg(sk)", "coalesce(round(hll_cardinality(sk)), 0)::bigint",
+		    " hll_empty())" : "");
+	if (q->hll)
+		snprintf(sql, sizeof(sql), SERIES_SQL, ", lh.visitors AS sk", ssql, "hll_union_agg(sk)",
+		    "coalesce(round(hll_cardinality(sk)), 0)::bigint",
 		    "coalesce(round(hll_cardinality(hll_union_agg(sk))), 0)::bigint", hsql);
 	else
-		snprintf(sql, sizeof(sql), SERIES_SQL, "", "", "NULL::int", "0::bigint", "0::bigint", hsql);
+		snprintf(sql, sizeof(sql), SERIES_SQL, "", ssql, "NULL::int", "0::bigint", "0::bigint",
+		    hsql);
 	/* The top-N query runs on the second connection meanwhile. */
 	if (conn2_ready(q, errstr, errstr_size) < 0 ||
-	    send_on(q->conn2, TOP_SQL, 11, types, vals, errstr, errstr_size) < 0)
+	    send_on(q->conn2, q->top_sql, 15, types, vals, errstr, errstr_size) < 0)
 		goto out;
 	top_sent = 1;
 	if ((r = exec(q, sql, 7, types, vals, errstr, errstr_size)) == NULL)

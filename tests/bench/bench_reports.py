@@ -147,6 +147,11 @@ def load(pg):
         cur.execute("INSERT INTO link_month_dim (url_link_id, month, dimension, value, is_bot, "
                     "visits) SELECT url_link_id, date_trunc('month', day)::date, dimension, value, "
                     "is_bot, sum(visits) FROM link_day_dim_row GROUP BY 1, 2, 3, 4, 5")
+    cur.execute("SELECT to_regclass('link_week_dim') IS NOT NULL")
+    if cur.fetchone()[0]:  # 0009, per ISO week likewise
+        cur.execute("INSERT INTO link_week_dim (url_link_id, week, dimension, value, is_bot, "
+                    "visits) SELECT url_link_id, date_trunc('week', day)::date, dimension, value, "
+                    "is_bot, sum(visits) FROM link_day_dim_row GROUP BY 1, 2, 3, 4, 5")
     if not hll:
         cur.execute("INSERT INTO link_hour_visitor SELECT DISTINCT url_link_id, "
                     "date_trunc('hour', visit_time, 'UTC'), client_id FROM visit_record "
@@ -168,7 +173,7 @@ def load(pg):
                 "(SELECT count(*) FROM link_day_dim)")
     n_visits, n_hours, n_dims = cur.fetchone()
     cur.execute("SELECT sum(relallvisible), sum(relpages) FROM pg_class "
-                "WHERE relname IN ('link_hour', 'link_month_dim', %s)", (dim_table,))
+                "WHERE relname IN ('link_hour', 'link_month_dim', 'link_week_dim', %s)", (dim_table,))
     vis, pages = cur.fetchone()
     conn.close()
     print(f"reports_load {n_visits} visits (COPY {t_copy:.1f} s), rollups {n_hours} link_hour + "

@@ -295,14 +295,17 @@ def test_random_link_equals_plain_sql(db, tz):
     assert (doc["totals"]["first_visit"], doc["totals"]["last_visit"]) == (first, last)
 
 
-def test_whole_months_from_month_rollup_after_compaction(db):
-    """Whole UTC months of a range are read from link_month_dim (0008), which
-    only link_day_dim_compact() fills: reports before compaction, after a
-    compaction that leaves part of the batch rows uncompacted (months and
-    batch rows add up), and after a full one are identical and equal plain
-    SQL, in UTC and in zones whose range edges cut days and months."""
+def test_whole_months_and_weeks_from_rollups_after_compaction(db):
+    """Whole UTC months of a range are read from link_month_dim (0008) and
+    whole ISO weeks of the rest from link_week_dim (0009), which only
+    link_day_dim_compact() fills: reports before compaction, after a
+    compaction that leaves part of the batch rows uncompacted (months, weeks
+    and batch rows add up), and after a full one are identical and equal
+    plain SQL, in UTC and in zones whose range edges cut days and months."""
     ranges = [("2024-04-01", "2024-06-30", "UTC"), ("2024-04-01", "2024-06-30", "Asia/Shanghai"),
-              ("2024-05-01", "2024-05-31", "Asia/Kolkata"), ("2024-04-15", "2024-06-02", "UTC")]
+              ("2024-05-01", "2024-05-31", "Asia/Kolkata"), ("2024-04-15", "2024-06-02", "UTC"),
+              ("2024-04-29", "2024-05-12", "UTC"), ("2024-04-29", "2024-05-12", "America/New_York"),
+              ("2024-05-02", "2024-05-09", "UTC")]
     args = [("--link", "rpR", "--from", f, "--to", t, "--tz", tz, "--top", "5") for f, t, tz in ranges]
     before = [report(db, *a) for a in args]
     rid = db.ids["rpR"]
@@ -315,6 +318,8 @@ def test_whole_months_from_month_rollup_after_compaction(db):
     db.psql("INSERT INTO link_day_dim_batch SELECT * FROM stash; DROP TABLE stash")
     assert int(db.psql(f"SELECT count(*) FROM link_month_dim WHERE url_link_id = {rid} "
                        f"AND month = '2024-05-01'")) > 0
+    assert int(db.psql(f"SELECT count(*) FROM link_week_dim WHERE url_link_id = {rid} "
+                       f"AND week = '2024-04-29'")) > 0
     mixed = [report(db, *a) for a in args]
     db.psql("SELECT link_day_dim_compact()")
     assert db.psql("SELECT count(*) FROM link_day_dim_batch") == "0"
