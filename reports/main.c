@@ -380,19 +380,16 @@ has_visits(const json_t *rep, int exclude_bots)
 #define NAME_LEN 96   /* "link-" + code (at most 64) + ".html" + NUL */
 
 /* One round of --all/--tag: a thread of its own reads the reports of
- * ids[0..m) and renders their files into memory while the main thread
- * writes the previous round's files. */
+ * ids[0..m) from PostgreSQL while the main thread renders and writes the
+ * previous round's files (the two stages take about as long). */
 struct round {
 	struct query *q;
 	const struct args *a;
 	const long long *ids;
 	size_t m;
-	json_t **reps;        /* owned: m slots, used by the round's thread only */
-	struct writer wr;     /* the round thread's rendering buffer */
-	char *text;           /* owned: the files' texts, one after another */
-	size_t used, cap;
-	size_t *off, *len;    /* owned: file i is text[off[i]..+len[i]); len 0 = no file */
-	char *names;          /* owned: file name i at names + i * NAME_LEN */
+	json_t **reps;        /* owned: m slots, filled by the round's thread */
+	struct writer wr;     /* the main thread's rendering buffer */
+	char name[NAME_LEN];
 	json_t *index;        /* owned: { "links": [index entries of the files, in order] } */
 	int rc;
 	char err[1024];
@@ -400,40 +397,24 @@ struct round {
 	int started;
 };
 
-/* Renders report i of r into r->text (when it gets a file) and its index
- * entry; 0, or -1 with r->err. */
+/* Renders report i of r and writes its file when it gets one (adding its
+ * index entry); 1 written, 0 no file, -1 with err. */
 static int
-round_render(struct round *r, size_t i)
+round_write(struct round *r, size_t i, char *err, size_t errsz)
 {
 	const struct args *a = r->a;
-	char *name = r->names + i * NAME_LEN;
 	const char *code;
 	size_t len;
 
-	r->len[i] = 0;
 	if (r->reps[i] == NULL || !(a->include_empty || a->tag || has_visits(r->reps[i], a->exclude_bots)))
 		return 0;
 	code = json_string_value(json_object_get(json_object_get(r->reps[i], "link"), "code"));
-	snprintf(name, NAME_LEN, "link-%s.%s", code, a->format);
-	if (render_mem(&r->wr, r->reps[i], a->format, &len, r->err, sizeof(r->err)) < 0)
+	snprintf(r->name, sizeof(r->name), "link-%s.%s", code, a->format);
+	if (render_mem(&r->wr, r->reps[i], a->format, &len, err, errsz) < 0 ||
+	    write_text(a->out, r->name, r->wr.buf, len, err, errsz) < 0)
 		return -1;
-	if (r->used + len > r->cap) {
-		size_t ncap = (r->used + len) * 2;
-		char *nt = realloc(r->text, ncap);
-
-		if (nt == NULL) {
-			errstr_set(r->err, sizeof(r->err), "out of memory");
-			return -1;
-		}
-		r->text = nt;
-		r->cap = ncap;
-	}
-	memcpy(r->text + r->used, r->wr.buf, len);
-	r->off[i] = r->used;
-	r->len[i] = len;
-	r->used += len;
-	model_index_add(r->index, r->reps[i], name);
-	return 0;
+	model_index_add(r->index, r->reps[i], r->name);
+	return 1;
 }
 
 static void *
@@ -441,7 +422,6 @@ round_run(void *arg)
 {
 	struct round *r = arg;
 
-	r->used = 0;
 	if ((r->index = json_pack("{s:[]}", "links")) == NULL) {
 		errstr_set(r->err, sizeof(r->err), "out of memory");
 		return NULL;
@@ -449,12 +429,6 @@ round_run(void *arg)
 	if (query_reports(r->q, r->ids, r->m, r->reps, r->err, sizeof(r->err)) < 0)
 		return NULL;
 	r->rc = 0;
-	for (size_t i = 0; i < r->m; i++) {
-		if (r->rc == 0 && round_render(r, i) < 0)
-			r->rc = -1;
-		json_decref(r->reps[i]);
-		r->reps[i] = NULL;
-	}
 	return NULL;
 }
 
@@ -505,10 +479,7 @@ write_links(struct query *q, const struct args *a, const long long *ids, size_t 
 	for (int k = 0; k < 2; k++) {
 		rounds[k].q = q;
 		rounds[k].a = a;
-		if ((rounds[k].reps = calloc(batch, sizeof(json_t *))) == NULL ||
-		    (rounds[k].off = calloc(batch, sizeof(size_t))) == NULL ||
-		    (rounds[k].len = calloc(batch, sizeof(size_t))) == NULL ||
-		    (rounds[k].names = malloc(batch * NAME_LEN)) == NULL) {
+		if ((rounds[k].reps = calloc(batch, sizeof(json_t *))) == NULL) {
 			errstr_set(err, errsz, "out of memory");
 			rc = -1;
 		}
@@ -528,14 +499,15 @@ write_links(struct query *q, const struct args *a, const long long *ids, size_t 
 		if (next < n && round_start(&rounds[cur ^ 1], n - next < batch ? n - next : batch,
 		    err, errsz) < 0)
 			rc = -1;
-		for (size_t i = 0; i < m && rc == 0; i++)
-			if (r->len[i] > 0) {
-				if (write_text(a->out, r->names + i * NAME_LEN, r->text + r->off[i], r->len[i],
-				    err, errsz) < 0)
-					rc = -1;
-				else
-					written++;
-			}
+		for (size_t i = 0; i < m; i++) {
+			int w = rc == 0 ? round_write(r, i, err, errsz) : 0;
+
+			if (w < 0)
+				rc = -1;
+			written += w > 0;
+			json_decref(r->reps[i]);
+			r->reps[i] = NULL;
+		}
 		if (rc == 0)
 			json_array_extend(json_object_get(index, "links"), json_object_get(r->index, "links"));
 		if (progress)
@@ -546,12 +518,10 @@ write_links(struct query *q, const struct args *a, const long long *ids, size_t 
 	for (int k = 0; k < 2; k++) {  /* a round still running after a failure */
 		round_wait(&rounds[k], NULL, 0);
 		json_decref(rounds[k].index);
+		for (size_t i = 0; rounds[k].reps != NULL && i < batch; i++)
+			json_decref(rounds[k].reps[i]);
 		free(rounds[k].reps);
 		free(rounds[k].wr.buf);
-		free(rounds[k].text);
-		free(rounds[k].off);
-		free(rounds[k].len);
-		free(rounds[k].names);
 	}
 	return rc;
 }

@@ -170,7 +170,8 @@ static const char HUMAN_EDGES_SQL[] =
     " CROSS JOIN LATERAL report_visit_dims(v.country_code::text, v.province, v.city, v.isp," \
     "  v.browser_type, v.browser_version, v.os_type, v.device_type, v.referer_host, v.language) AS x" \
     " WHERE NOT ($6 AND v.is_bot)"
-/* float8 sums: exact below 2^53, far faster than numeric */
+/* float8 sums: exact below 2^53, far faster than numeric. The final order
+ * is the window's own (the same as rn), so it needs no second sort. */
 #define TOP_TAIL \
     ")," \
     " sums AS (SELECT g, dimension, value," \
@@ -178,13 +179,15 @@ static const char HUMAN_EDGES_SQL[] =
     "  sum(CASE WHEN is_bot THEN visits ELSE 0 END::float8)::bigint AS b FROM r GROUP BY g, dimension, value)," \
     " k AS (SELECT *, row_number() OVER (PARTITION BY g, dimension ORDER BY v DESC, b DESC, value) AS rn" \
     "  FROM sums WHERE v > 0)" \
-    " SELECT g, dimension, value, v, b FROM k WHERE rn <= $7 ORDER BY g, dimension, rn"
+    " SELECT g, dimension, value, v, b FROM k WHERE rn <= $7 ORDER BY g, dimension, v DESC, b DESC, value"
 
 /* work_mem: a round of --all sorts and hashes ~80,000 link_day_dim rows; at
- * the default 4 MB both spill to temporary files. */
+ * the default 4 MB both spill to temporary files. No parallel workers: the
+ * two connections and the rendering thread already fill the cores, and
+ * gathering a round's ~55,000 partial groups cost more than it saved. */
 static const char SESSION_SQL[] =
     "SELECT set_config('TimeZone', $1, false), set_config('jit', 'off', false),"
-    " set_config('work_mem', '64MB', false)";
+    " set_config('work_mem', '64MB', false), set_config('max_parallel_workers_per_gather', '0', false)";
 
 static const char LINKS_SQL[] =
     "SELECT l.id, l.code, CASE WHEN $2 <> '' THEN rtrim($2, '/') || '/' || l.code ELSE l.short_url END,"
