@@ -127,17 +127,6 @@ pgpool_put(struct pgpool *p, PGconn *c)
 	pthread_mutex_unlock(&p->mtx);
 }
 
-static PGresult *result_or_error(PGconn *c, PGresult *r, char sqlstate[6], char *errstr,
-                                 size_t errstr_size);
-
-PGresult *
-pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
-            char sqlstate[6], char *errstr, size_t errstr_size)
-{
-	return result_or_error(c, PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0),
-	    sqlstate, errstr, errstr_size);
-}
-
 /* r when it succeeded; else NULL with errstr and sqlstate, r cleared. */
 static PGresult *
 result_or_error(PGconn *c, PGresult *r, char sqlstate[6], char *errstr, size_t errstr_size)
@@ -159,6 +148,14 @@ result_or_error(PGconn *c, PGresult *r, char sqlstate[6], char *errstr, size_t e
 		errstr[--n] = '\0';
 	PQclear(r);
 	return NULL;
+}
+
+PGresult *
+pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
+            char sqlstate[6], char *errstr, size_t errstr_size)
+{
+	return result_or_error(c, PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0),
+	    sqlstate, errstr, errstr_size);
 }
 
 PGresult *

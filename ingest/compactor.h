@@ -1,5 +1,6 @@
-/* compactor.h - runs link_day_dim_compact() (0007, 0008) every interval on
- * its own thread and PostgreSQL connection, so loading never waits for it. */
+/* compactor.h - runs link_day_dim_compact() (migrations 0007 and 0008) every
+ * interval on its own thread and PostgreSQL connection, so loading never
+ * waits for it. */
 #ifndef LP_COMPACTOR_H
 #define LP_COMPACTOR_H
 

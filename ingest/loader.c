@@ -5,7 +5,6 @@
 #include "rollup.h"
 
 #include "errstr.h"
-#include "pgpool.h"
 #include "log.h"
 
 #include <libpq-fe.h>
@@ -113,18 +112,20 @@ set_pg_error(PGconn *c, PGresult *r, const char *what, char *errstr, size_t errs
 	    state ? " (SQLSTATE " : "", state ? state : "", state ? ")" : "");
 }
 
-/* Runs sql with text parameters (common/pgpool.c's pgpool_exec); the result
- * (caller PQclear()s it), or NULL with errstr saying what failed. */
+/* Runs sql with text parameters; the result (caller PQclear()s it), or
+ * NULL with errstr saying what failed (set_pg_error, with the SQLSTATE). */
 static PGresult *
 exec_params(struct loader *l, const char *what, const char *sql, int n,
             const char *const *params, char *errstr, size_t errstr_size)
 {
-	char msg[512];
-	PGresult *r = pgpool_exec(l->conn, sql, n, params, NULL, msg, sizeof(msg));
+	PGresult *r = PQexecParams(l->conn, sql, n, NULL, params, NULL, NULL, 0);
+	ExecStatusType st = PQresultStatus(r);
 
-	if (r == NULL)
-		errstr_set(errstr, errstr_size, "%s: %s", what, msg);
-	return r;
+	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+		return r;
+	set_pg_error(l->conn, r, what, errstr, errstr_size);
+	PQclear(r);
+	return NULL;
 }
 
 /* Runs sql (no parameters); 0 when it gives COMMAND_OK or TUPLES_OK. */

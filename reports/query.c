@@ -7,9 +7,7 @@
 #include "errstr.h"
 #include "log.h"
 
-#include <errno.h>
 #include <libpq-fe.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,12 +128,12 @@ static const char HUMAN_EDGES_SQL[] =
  * the compacted rows as link_month_dim for its whole months [m0, m1),
  * link_week_dim for the whole ISO weeks of the stretches before and after
  * them ([wa0, wa1) in [d0, m0), [wb0, wb1) in [m1, d1)) and link_day_dim_row
- * for the remaining days (0008, 0009: the three hold the same visits), plus
+ * for the remaining days (0008: the three hold the same visits), plus
  * the not yet compacted link_day_dim_batch rows of every day; visit_record
  * for the rest (report_visit_dims, 0006). The bounds come as literal
  * parameters $8..$15 (computed once by query_open): with them the planner
- * knows how many rows to expect and reads the covering indexes (0006, 0008,
- * 0009) instead of bitmap heap scans. */
+ * knows how many rows to expect and reads the covering indexes (0006, 0008)
+ * instead of bitmap heap scans. */
 #define TOP_DAYS(lo, hi) \
     " SELECT " GRP("dd") ", dd.dimension, dd.value, dd.is_bot, dd.visits" \
     " FROM link_day_dim_row dd WHERE dd.url_link_id = ANY($1) AND dd.day >= " lo \
@@ -144,12 +142,10 @@ static const char HUMAN_EDGES_SQL[] =
     " SELECT " GRP("wd") ", wd.dimension, wd.value, wd.is_bot, wd.visits" \
     " FROM link_week_dim wd WHERE wd.url_link_id = ANY($1) AND wd.week >= " lo \
     "  AND wd.week < " hi " AND NOT ($6 AND wd.is_bot)"
+/* edge: the parts of [s, e) outside the whole UTC days [$8, $9) */
 #define TOP_HEAD \
-    "WITH " CTE_P ", b AS (SELECT s, e, CASE WHEN s = date_trunc('day', s, 'UTC')" \
-    "  THEN (s AT TIME ZONE 'UTC')::date ELSE (s AT TIME ZONE 'UTC')::date + 1 END AS d0," \
-    "  (e AT TIME ZONE 'UTC')::date AS d1 FROM p)," \
-    " bt AS (SELECT s, e, d0, d1, d0::timestamp AT TIME ZONE 'UTC' AS t0," \
-    "  d1::timestamp AT TIME ZONE 'UTC' AS t1 FROM b)," \
+    "WITH " CTE_P ", bt AS (SELECT s, e, $8::timestamp AT TIME ZONE 'UTC' AS t0," \
+    "  $9::timestamp AT TIME ZONE 'UTC' AS t1 FROM p)," \
     " edge AS (SELECT lo, hi FROM (SELECT s AS lo, least(e, t0) AS hi FROM bt" \
     "  UNION ALL SELECT greatest(s, t1, t0), e FROM bt) AS x WHERE lo < hi)," \
     " r AS ("

@@ -139,19 +139,12 @@ def load(pg):
         vis_col=", visitors" if hll else "",
         vis_agg=(", coalesce(hll_add_agg(hll_hash_text(client_id::text)) FILTER (WHERE NOT is_bot),"
                  " hll_empty())") if hll else ""))
-    # 0008: the monthly sums of the compacted day rows (what
+    # 0008: the monthly and weekly sums of the compacted day rows (what
     # link_day_dim_compact() keeps in step with them)
-    cur.execute("SELECT to_regclass('link_month_dim') IS NOT NULL")
-    month_table = cur.fetchone()[0]
-    if month_table:
-        cur.execute("INSERT INTO link_month_dim (url_link_id, month, dimension, value, is_bot, "
-                    "visits) SELECT url_link_id, date_trunc('month', day)::date, dimension, value, "
-                    "is_bot, sum(visits) FROM link_day_dim_row GROUP BY 1, 2, 3, 4, 5")
-    cur.execute("SELECT to_regclass('link_week_dim') IS NOT NULL")
-    if cur.fetchone()[0]:  # 0009, per ISO week likewise
-        cur.execute("INSERT INTO link_week_dim (url_link_id, week, dimension, value, is_bot, "
-                    "visits) SELECT url_link_id, date_trunc('week', day)::date, dimension, value, "
-                    "is_bot, sum(visits) FROM link_day_dim_row GROUP BY 1, 2, 3, 4, 5")
+    for unit in ("month", "week"):
+        cur.execute(f"INSERT INTO link_{unit}_dim (url_link_id, {unit}, dimension, value, is_bot, visits) "
+                    f"SELECT url_link_id, date_trunc('{unit}', day)::date, dimension, value, "
+                    f"is_bot, sum(visits) FROM link_day_dim_row GROUP BY 1, 2, 3, 4, 5")
     if not hll:
         cur.execute("INSERT INTO link_hour_visitor SELECT DISTINCT url_link_id, "
                     "date_trunc('hour', visit_time, 'UTC'), client_id FROM visit_record "

@@ -189,7 +189,7 @@ def assert_rollups(pg):
                  "sum(visits) FROM link_day_dim_row GROUP BY 1, 2, 3, 4, 5")
     have_month = "SELECT url_link_id, month, dimension, value, is_bot, visits FROM link_month_dim"
     assert diff(exp_month, have_month) == "0" and diff(have_month, exp_month) == "0"
-    # 0009: link_week_dim likewise per ISO week
+    # 0008: link_week_dim likewise per ISO week
     exp_week = ("SELECT url_link_id, date_trunc('week', day)::date, dimension, value, is_bot, "
                 "sum(visits) FROM link_day_dim_row GROUP BY 1, 2, 3, 4, 5")
     have_week = "SELECT url_link_id, week, dimension, value, is_bot, visits FROM link_week_dim"

@@ -297,7 +297,7 @@ def test_random_link_equals_plain_sql(db, tz):
 
 def test_whole_months_and_weeks_from_rollups_after_compaction(db):
     """Whole UTC months of a range are read from link_month_dim (0008) and
-    whole ISO weeks of the rest from link_week_dim (0009), which only
+    whole ISO weeks of the rest from link_week_dim (also 0008), which only
     link_day_dim_compact() fills: reports before compaction, after a
     compaction that leaves part of the batch rows uncompacted (months, weeks
     and batch rows add up), and after a full one are identical and equal
