@@ -387,7 +387,11 @@ struct round {
 	const struct args *a;
 	const long long *ids;
 	size_t m;
-	json_t **reps;        /* owned: m slots, filled by the round's thread */
+	json_t **reps;        /* owned: cap slots, filled by the round's thread; the
+	                       * reports the main thread has written are released
+	                       * by the next thread of this round (off the main
+	                       * thread, which is the busier one) */
+	size_t cap;
 	struct writer wr;     /* the main thread's rendering buffer */
 	char name[NAME_LEN];
 	json_t *index;        /* owned: { "links": [index entries of the files, in order] } */
@@ -422,6 +426,10 @@ round_run(void *arg)
 {
 	struct round *r = arg;
 
+	for (size_t i = 0; i < r->cap; i++) {
+		json_decref(r->reps[i]);
+		r->reps[i] = NULL;
+	}
 	if ((r->index = json_pack("{s:[]}", "links")) == NULL) {
 		errstr_set(r->err, sizeof(r->err), "out of memory");
 		return NULL;
@@ -465,57 +473,65 @@ round_wait(struct round *r, char *err, size_t errsz)
 	return 0;
 }
 
-/* Per-link files for ids, in rounds of batch links (the next round is read
- * and rendered while this one is written); adds each to index in order. */
+/* Per-link files for ids, in rounds of batch links; adds each to index in
+ * order. With q2 (a second query on connections of its own) two rounds are
+ * read at once, on q and q2 in turn, while the main thread renders and
+ * writes the one before them: reading a round is the longest stage and
+ * leaves the cores partly idle on its own. Without q2, one round at a time. */
 static int
-write_links(struct query *q, const struct args *a, const long long *ids, size_t n, size_t batch,
-            json_t *index, char *err, size_t errsz)
+write_links(struct query *q, struct query *q2, const struct args *a, const long long *ids,
+            size_t n, size_t batch, json_t *index, char *err, size_t errsz)
 {
-	struct round rounds[2];
-	int progress = a->all && isatty(STDERR_FILENO), rc = 0, cur = 0;
-	size_t written = 0;
+	struct query *qs[2] = { q, q2 != NULL ? q2 : q };
+	size_t depth = q2 != NULL ? 2 : 1, nr = depth + 1, k, written = 0;
+	struct round rounds[3];
+	int progress = a->all && isatty(STDERR_FILENO), rc = 0;
 
 	memset(rounds, 0, sizeof(rounds));
-	for (int k = 0; k < 2; k++) {
-		rounds[k].q = q;
+	for (k = 0; k < nr; k++) {
 		rounds[k].a = a;
+		rounds[k].cap = batch;
 		if ((rounds[k].reps = calloc(batch, sizeof(json_t *))) == NULL) {
 			errstr_set(err, errsz, "out of memory");
 			rc = -1;
 		}
 	}
-	rounds[0].ids = ids;
-	if (rc == 0 && n > 0 && round_start(&rounds[0], n < batch ? n : batch, err, errsz) < 0)
-		rc = -1;
-	for (size_t at = 0; at < n && rc == 0; at += batch, cur ^= 1) {
-		struct round *r = &rounds[cur];
-		size_t m = r->m, next = at + batch;
+	for (k = 0; rc == 0 && k < depth && k * batch < n; k++) {
+		rounds[k].q = qs[k % depth];
+		rounds[k].ids = ids + k * batch;
+		if (round_start(&rounds[k], n - k * batch < batch ? n - k * batch : batch, err, errsz) < 0)
+			rc = -1;
+	}
+	for (k = 0; rc == 0 && k * batch < n; k++) {
+		struct round *r = &rounds[k % nr], *nx = &rounds[(k + depth) % nr];
+		size_t at = k * batch, next = (k + depth) * batch;
 
 		if (round_wait(r, err, errsz) < 0) {
 			rc = -1;
 			break;
 		}
-		rounds[cur ^ 1].ids = ids + next;
-		if (next < n && round_start(&rounds[cur ^ 1], n - next < batch ? n - next : batch,
-		    err, errsz) < 0)
-			rc = -1;
-		for (size_t i = 0; i < m; i++) {
+		if (next < n) {
+			nx->q = qs[(k + depth) % depth];
+			nx->ids = ids + next;
+			if (round_start(nx, n - next < batch ? n - next : batch, err, errsz) < 0)
+				rc = -1;
+		}
+		for (size_t i = 0; i < r->m; i++) {
 			int w = rc == 0 ? round_write(r, i, err, errsz) : 0;
 
 			if (w < 0)
 				rc = -1;
 			written += w > 0;
-			json_decref(r->reps[i]);
-			r->reps[i] = NULL;
 		}
 		if (rc == 0)
 			json_array_extend(json_object_get(index, "links"), json_object_get(r->index, "links"));
 		if (progress)
-			fprintf(stderr, "\rreports: %zu/%zu links read, %zu files written", at + m, n, written);
+			fprintf(stderr, "\rreports: %zu/%zu links read, %zu files written", at + r->m, n,
+			    written);
 	}
 	if (progress)
 		fputc('\n', stderr);
-	for (int k = 0; k < 2; k++) {  /* a round still running after a failure */
+	for (k = 0; k < nr; k++) {  /* rounds still running after a failure */
 		round_wait(&rounds[k], NULL, 0);
 		json_decref(rounds[k].index);
 		for (size_t i = 0; rounds[k].reps != NULL && i < batch; i++)
@@ -530,7 +546,7 @@ static int
 run(const struct args *a, const struct reports_conf *conf)
 {
 	char err[1024], name[64];
-	struct query *q;
+	struct query *q, *q2 = NULL;
 	long long *ids = NULL, id;
 	size_t n = 0;
 	json_t *rep = NULL, *index = NULL;
@@ -581,7 +597,12 @@ run(const struct args *a, const struct reports_conf *conf)
 		}
 	}
 	index = model_index_new(query_range(q));
-	if (write_links(q, a, ids, n, (size_t)conf->batch_links, index, err, sizeof(err)) < 0)
+	/* More than one round: a second query reads every other round (the
+	 * range as q resolved it, so that both agree past midnight). */
+	if (n > (size_t)conf->batch_links && (q2 = query_open(conf->pg_dsn, a->tz, query_range(q)->from,
+	    query_range(q)->to, a->exclude_bots, top, conf->base_url, &bad, err, sizeof(err))) == NULL)
+		goto fail;
+	if (write_links(q, q2, a, ids, n, (size_t)conf->batch_links, index, err, sizeof(err)) < 0)
 		goto fail;
 	if (rep != NULL) {
 		snprintf(name, sizeof(name), "combined.%s", a->format);
@@ -602,6 +623,7 @@ done:
 	json_decref(index);
 	free(ids);
 	free(main_writer.buf);
+	query_close(q2);
 	query_close(q);
 	return rc;
 }

@@ -456,6 +456,32 @@ def test_all_with_index(db):
                                         "link-rpE.csv", "link-rpR.csv", "link-rpX.csv"]
 
 
+def test_all_rounds_in_flight_match_one_round(db):
+    """--all reads two rounds at once on two queries of their own: with one
+    link per round (four rounds, alternating queries) every file equals the
+    one a single round writes, and each equals --link for its code."""
+    files = {}
+    for batch in ("1", "500"):
+        out = os.path.join(db.work, f"all-rounds-{batch}")
+        run(db, "--all", "--from", "2024-05-01", "--to", "2024-05-03", "--out", out,
+            "-o", f"batch_links={batch}")
+        docs = {}
+        for name in sorted(os.listdir(out)):
+            with open(os.path.join(out, name)) as f:
+                doc = json.load(f)
+            doc.pop("generated_at", None)
+            docs[name] = doc
+        files[batch] = docs
+    assert files["1"] == files["500"]
+    assert len(files["1"]) == 5
+    for name, doc in files["1"].items():
+        if name == "index.json":
+            continue
+        one = report(db, "--link", doc["link"]["code"], "--from", "2024-05-01", "--to", "2024-05-03")
+        one.pop("generated_at", None)
+        assert one == doc, name
+
+
 def test_all_write_failure_midway(db):
     """A file that cannot be written (a directory in its place) while the
     next round is being read: exit 1 naming it, no temporary file left, and
