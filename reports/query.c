@@ -713,7 +713,8 @@ out:
  * into its PGresult. */
 struct top_row {
 	long long g, v, b;
-	const char *dim, *value;
+	int dim;                 /* index in model_dims */
+	const char *value;
 };
 
 /* Rank: group, dimension, then more human visits, more bot visits, and the
@@ -722,12 +723,11 @@ static int
 top_cmp(const void *a, const void *b)
 {
 	const struct top_row *x = a, *y = b;
-	int c;
 
 	if (x->g != y->g)
 		return x->g < y->g ? -1 : 1;
-	if ((c = strcmp(x->dim, y->dim)) != 0)
-		return c;
+	if (x->dim != y->dim)
+		return x->dim < y->dim ? -1 : 1;
 	if (x->v != y->v)
 		return x->v > y->v ? -1 : 1;
 	if (x->b != y->b)
@@ -751,8 +751,15 @@ top_take(struct query *q, const struct targets *t, PGresult *r, char *errstr, si
 		return -1;
 	}
 	for (size_t i = 0; i < n; i++) {
+		const char *dim = PQgetvalue(r, (int)i, 1);
+
+		rows[i].dim = -1;
+		for (int d = 0; d < MODEL_NDIMS; d++)
+			if (dim[0] == model_dims[d][0] && strcmp(dim, model_dims[d]) == 0) {
+				rows[i].dim = d;
+				break;
+			}
 		rows[i].g = strtoll(PQgetvalue(r, (int)i, 0), NULL, 10);
-		rows[i].dim = PQgetvalue(r, (int)i, 1);
 		rows[i].value = PQgetvalue(r, (int)i, 2);
 		rows[i].v = strtoll(PQgetvalue(r, (int)i, 3), NULL, 10);
 		rows[i].b = strtoll(PQgetvalue(r, (int)i, 4), NULL, 10);
@@ -764,10 +771,10 @@ top_take(struct query *q, const struct targets *t, PGresult *r, char *errstr, si
 		if (i == 0 || x->g != rows[i - 1].g) {
 			rep = target_of(t, x->g);
 			run = 0;
-		} else if (strcmp(x->dim, rows[i - 1].dim) != 0)
+		} else if (x->dim != rows[i - 1].dim)
 			run = 0;
-		if (rep != NULL && run++ < (size_t)q->top_n)
-			model_top_add(rep, x->dim, x->value, x->v, x->b);
+		if (rep != NULL && x->dim >= 0 && run++ < (size_t)q->top_n)
+			model_top_add(rep, model_dims[x->dim], x->value, x->v, x->b);
 	}
 	free(rows);
 	return 0;
