@@ -223,6 +223,11 @@ def run(bin_dir, work):
               f"(hll) vs exact {exact})", flush=True)
         print(f"reports_link_plain_sql_ms {t_plain * 1000:.1f}  (same figures by SQL over "
               f"visit_record; ratio plain/reports {t_plain / t_link:.1f}x)", flush=True)
+        # What any process pays here before a report's own queries: start,
+        # connect (a PostgreSQL backend is forked per connection), one query.
+        t_floor, _ = timed(psql_argv(pg, "SELECT 1"), 9)
+        print(f"reports_link_floor_ms {t_floor * 1000:.1f}  (psql -c 'SELECT 1', median of 9: "
+              f"process start, connection and one query on this machine)", flush=True)
         out_dir = os.path.join(work, "all")
         t_all, _ = timed(base + ["--all", "--out", out_dir], 1)
         n_files = len(os.listdir(out_dir)) - 1
