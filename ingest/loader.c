@@ -53,20 +53,32 @@ struct loader {
 	"WHEN v9 IS NOT NULL THEN 'referer_host' ELSE 'language' END"
 
 #define ROLLUP_SQL_FMT \
-	    "WITH lh AS (" \
+	    "WITH hs AS MATERIALIZED (" \
+	    " SELECT url_link_id, hour, visits, bot_visits, first_visit, last_visit%1$s" \
+	    " FROM ingest_hour)," \
+	    "lh AS (" \
 	    " INSERT INTO link_hour AS t (url_link_id, hour, visits, bot_visits, first_visit," \
-	    "  last_visit%s)" \
-	    " SELECT url_link_id, hour, visits, bot_visits, first_visit, last_visit%s" \
-	    " FROM ingest_hour ORDER BY 1, 2" \
+	    "  last_visit%2$s)" \
+	    " SELECT url_link_id, hour, visits, bot_visits, first_visit, last_visit%2$s" \
+	    " FROM hs ORDER BY 1, 2" \
 	    " ON CONFLICT (url_link_id, hour) DO UPDATE SET visits = t.visits + EXCLUDED.visits," \
 	    "  bot_visits = t.bot_visits + EXCLUDED.bot_visits," \
 	    "  first_visit = least(t.first_visit, EXCLUDED.first_visit)," \
-	    "  last_visit = greatest(t.last_visit, EXCLUDED.last_visit)%s)," \
-	    "%s" \
+	    "  last_visit = greatest(t.last_visit, EXCLUDED.last_visit)%3$s)," \
+	    "ld AS (" \
+	    " INSERT INTO link_day AS t (url_link_id, day, visits, bot_visits, first_visit," \
+	    "  last_visit%2$s)" \
+	    " SELECT url_link_id, (hour AT TIME ZONE 'UTC')::date, sum(visits), sum(bot_visits)," \
+	    "  min(first_visit), max(last_visit)%4$s FROM hs GROUP BY 1, 2 ORDER BY 1, 2" \
+	    " ON CONFLICT (url_link_id, day) DO UPDATE SET visits = t.visits + EXCLUDED.visits," \
+	    "  bot_visits = t.bot_visits + EXCLUDED.bot_visits," \
+	    "  first_visit = least(t.first_visit, EXCLUDED.first_visit)," \
+	    "  last_visit = greatest(t.last_visit, EXCLUDED.last_visit)%3$s)," \
+	    "%5$s" \
 	    "lt AS (" \
 	    " INSERT INTO link_total AS t (url_link_id, visits, bot_visits, first_visit, last_visit)" \
 	    " SELECT url_link_id, sum(visits + bot_visits), sum(bot_visits), min(first_visit)," \
-	    "  max(last_visit) FROM ingest_hour GROUP BY 1 ORDER BY 1" \
+	    "  max(last_visit) FROM hs GROUP BY 1 ORDER BY 1" \
 	    " ON CONFLICT (url_link_id) DO UPDATE SET visits = t.visits + EXCLUDED.visits," \
 	    "  bot_visits = t.bot_visits + EXCLUDED.bot_visits," \
 	    "  first_visit = least(t.first_visit, EXCLUDED.first_visit)," \
@@ -78,6 +90,9 @@ struct loader {
 	    "  bot_visits = t.bot_visits + EXCLUDED.bot_visits)" \
 	    "SELECT 1"
 
+/* The rollup statement (caller frees). hll: link_hour and link_day carry
+ * sketches (the hour's from the batch's client ids, the day's the union of
+ * its hours'); else the exact visitor sets go to link_hour_visitor. */
 static char *
 build_insert_sql(int hll)
 {
@@ -86,15 +101,17 @@ build_insert_sql(int hll)
 	    " INSERT INTO link_hour_visitor (url_link_id, hour, client_id)"
 	    " SELECT url_link_id, hour, c FROM ingest_hour, unnest(clients) AS c ORDER BY 1, 2, 3"
 	    " ON CONFLICT DO NOTHING),";
-	size_t n = sizeof(ROLLUP_SQL_FMT) + strlen(exact) + 512;
+	size_t n = sizeof(ROLLUP_SQL_FMT) + strlen(exact) + 1024;
 	char *sql = malloc(n);
 
 	if (sql == NULL)
 		return NULL;
-	snprintf(sql, n, ROLLUP_SQL_FMT, hll ? ", visitors" : "",
+	snprintf(sql, n, ROLLUP_SQL_FMT,
 	    hll ? ", coalesce((SELECT hll_add_agg(hll_hash_text(c)) FROM unnest(clients) AS c),"
-	          " hll_empty())" : "",
+	          " hll_empty()) AS visitors" : "",
+	    hll ? ", visitors" : "",
 	    hll ? ", visitors = hll_union(t.visitors, EXCLUDED.visitors)" : "",
+	    hll ? ", hll_union_agg(visitors)" : "",
 	    hll ? "" : exact);
 	return sql;
 }

@@ -41,6 +41,7 @@ struct query {
 	char wb0[11], wb1[11];   /* whole ISO weeks in [m1, d1) (wb0 = wb1 = d1: none) */
 	char *top_sql;           /* owned: the top-N statement for these bounds */
 	int split;               /* a local midnight of the range is not on a UTC hour */
+	int utc_days;            /* every local midnight of the range is a UTC midnight */
 	char *tz, *base_url;
 	int exclude_bots;
 	long long top_n;
@@ -83,6 +84,23 @@ static const char SERIES_SQL[] =
     " UNION ALL SELECT g, 3, 0, sum(v)::bigint, sum(b)::bigint, %s, to_char(min(f), " FMT_US "),"
     "  to_char(max(l), " FMT_US "), min(fh), max(lh) FROM d GROUP BY g"
     "%s";
+
+/* SERIES_SQL's day and total rows from link_day (0009) when the range's
+ * days are UTC days, nothing is asked per hour and hll sketches exist: one
+ * row and sketch per day instead of 24. Without the first and last human
+ * hours (--exclude-bots takes SERIES_SQL). */
+static const char SERIES_DAY_SQL[] =
+    "WITH d AS (SELECT " GRP("ld") " AS g, ld.day, sum(ld.visits)::bigint AS v,"
+    "  sum(ld.bot_visits)::bigint AS b, min(ld.first_visit) AS f, max(ld.last_visit) AS l,"
+    "  hll_union_agg(ld.visitors) AS sk"
+    " FROM link_day ld WHERE ld.url_link_id = ANY($1) AND ld.day >= $2::date AND ld.day <= $3::date"
+    " GROUP BY 1, 2)"
+    " SELECT g, 1 AS gs, (day - $2::date)::bigint AS idx, v, b,"
+    "  coalesce(round(hll_cardinality(sk)), 0)::bigint AS u, NULL::text AS f, NULL::text AS l,"
+    "  NULL::timestamptz AS fh, NULL::timestamptz AS lh FROM d"
+    " UNION ALL SELECT g, 3, 0, sum(v)::bigint, sum(b)::bigint,"
+    "  coalesce(round(hll_cardinality(hll_union_agg(sk))), 0)::bigint, to_char(min(f), " FMT_US "),"
+    "  to_char(max(l), " FMT_US "), NULL, NULL FROM d GROUP BY g";
 
 /* The split hours' part of SERIES_SQL, only in zones where a local midnight
  * of the range is not on a UTC hour (its planning is not free); %s: sketch. */
@@ -452,6 +470,8 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	    " s < d0::timestamp AT TIME ZONE 'UTC' OR e > d1::timestamp AT TIME ZONE 'UTC',"
 	    " EXISTS (SELECT 1 FROM generate_series(f::timestamp, (t + 1)::timestamp, interval '1 day')"
 	    "  AS g(d) WHERE (g.d AT TIME ZONE $3) <> date_trunc('hour', g.d AT TIME ZONE $3, 'UTC'))"
+	    ", NOT EXISTS (SELECT 1 FROM generate_series(f::timestamp, (t + 1)::timestamp, interval '1 day')"
+	    "  AS g(d) WHERE (g.d AT TIME ZONE $3) <> (g.d AT TIME ZONE 'UTC'))"
 	    " FROM w", 3, NULL, vals, errstr, errstr_size);
 	if (r == NULL) {
 		query_close(q);
@@ -479,6 +499,7 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	snprintf(q->wb1, sizeof(q->wb1), "%s", PQgetvalue(r, 0, 12));
 	q->top_sql = build_top_sql(q, strcmp(PQgetvalue(r, 0, 13), "t") == 0);
 	q->split = strcmp(PQgetvalue(r, 0, 14), "t") == 0;
+	q->utc_days = strcmp(PQgetvalue(r, 0, 15), "t") == 0;
 	PQclear(r);
 	if (q->days == NULL || q->top_sql == NULL) {
 		errstr_set(errstr, errstr_size, "out of memory");
@@ -824,7 +845,9 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 		snprintf(ssql, sizeof(ssql), SERIES_SPLIT_SQL, q->hll ?
 		    ", coalesce(hll_add_agg(hll_hash_text(v.client_id::text)) FILTER (WHERE NOT v.is_bot),"
 		    " hll_empty())" : "");
-	if (q->hll)
+	if (q->hll && q->utc_days && q->hours == NULL && !q->exclude_bots)
+		snprintf(sql, sizeof(sql), "%s", SERIES_DAY_SQL);
+	else if (q->hll)
 		snprintf(sql, sizeof(sql), SERIES_SQL, ", lh.visitors AS sk", ssql, "hll_union_agg(sk)",
 		    "coalesce(round(hll_cardinality(sk)), 0)::bigint",
 		    "coalesce(round(hll_cardinality(hll_union_agg(sk))), 0)::bigint", hsql);

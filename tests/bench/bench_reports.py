@@ -47,6 +47,10 @@ INSERT INTO link_hour (url_link_id, hour, visits, bot_visits, first_visit, last_
 SELECT url_link_id, date_trunc('hour', visit_time, 'UTC'), count(*) FILTER (WHERE NOT is_bot),
        count(*) FILTER (WHERE is_bot), min(visit_time), max(visit_time){vis_agg}
 FROM visit_record WHERE url_link_id IS NOT NULL GROUP BY 1, 2;
+INSERT INTO link_day (url_link_id, day, visits, bot_visits, first_visit, last_visit{vis_col})
+SELECT url_link_id, (hour AT TIME ZONE 'UTC')::date, sum(visits), sum(bot_visits), min(first_visit),
+       max(last_visit){day_agg}
+FROM link_hour GROUP BY 1, 2;
 INSERT INTO {dim_table} (url_link_id, day, dimension, value, is_bot, visits)
 SELECT v.url_link_id, (v.visit_time AT TIME ZONE 'UTC')::date, x.dimension, x.value, v.is_bot, count(*)
 FROM visit_record v CROSS JOIN LATERAL report_visit_dims(v.country_code::text, v.province, v.city,
@@ -137,6 +141,7 @@ def load(pg):
     cur.execute(ROLLUP_SQL.format(
         dim_table=dim_table,
         vis_col=", visitors" if hll else "",
+        day_agg=", hll_union_agg(visitors)" if hll else "",
         vis_agg=(", coalesce(hll_add_agg(hll_hash_text(client_id::text)) FILTER (WHERE NOT is_bot),"
                  " hll_empty())") if hll else ""))
     # 0008: the monthly and weekly sums of the compacted day rows (what
@@ -166,7 +171,7 @@ def load(pg):
                 "(SELECT count(*) FROM link_day_dim)")
     n_visits, n_hours, n_dims = cur.fetchone()
     cur.execute("SELECT sum(relallvisible), sum(relpages) FROM pg_class "
-                "WHERE relname IN ('link_hour', 'link_month_dim', 'link_week_dim', %s)", (dim_table,))
+                "WHERE relname IN ('link_hour', 'link_day', 'link_month_dim', 'link_week_dim', %s)", (dim_table,))
     vis, pages = cur.fetchone()
     conn.close()
     print(f"reports_load {n_visits} visits (COPY {t_copy:.1f} s), rollups {n_hours} link_hour + "
@@ -188,8 +193,15 @@ def timed(argv, reps, runs=None):
 
 
 def psql_argv(pg, sql):
-    return ["psql", "-X", "-q", "-At", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres",
+    # The psql binary itself: /usr/bin/psql is Debian's pg_wrapper, a Perl
+    # script that costs about 40 ms more per start here.
+    return [os.path.join(lpstack.PG_BIN, "psql"), "-X", "-q", "-At", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres",
             "-d", pg.dbname, "-o", "/dev/null", "-c", sql]
+
+
+def libs(path):
+    r = subprocess.run(["ldd", path], capture_output=True, text=True)
+    return [line for line in r.stdout.splitlines() if "=>" in line]
 
 
 def loaded(pg):
@@ -226,8 +238,11 @@ def run(bin_dir, work):
         # What any process pays here before a report's own queries: start,
         # connect (a PostgreSQL backend is forked per connection), one query.
         t_floor, _ = timed(psql_argv(pg, "SELECT 1"), 9)
-        print(f"reports_link_floor_ms {t_floor * 1000:.1f}  (psql -c 'SELECT 1', median of 9: "
-              f"process start, connection and one query on this machine)", flush=True)
+        print(f"reports_link_floor_ms {t_floor * 1000:.1f}  ({lpstack.PG_BIN}/psql -c 'SELECT 1', "
+              f"median of 9: process start, connection and one query on this machine)", flush=True)
+        t_start, _ = timed([rep, "--help"], 9)
+        print(f"reports_start_ms {t_start * 1000:.1f}  (reports --help, median of 9: loading "
+              f"the program and its {len(libs(rep))} shared libraries, no connection)", flush=True)
         out_dir = os.path.join(work, "all")
         t_all, _ = timed(base + ["--all", "--out", out_dir], 1)
         n_files = len(os.listdir(out_dir)) - 1

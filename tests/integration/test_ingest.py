@@ -201,6 +201,13 @@ def assert_rollups(pg):
     have_hour = ("SELECT url_link_id, hour AT TIME ZONE 'UTC', visits, bot_visits, first_visit, "
                  "last_visit FROM link_hour")
     assert diff(exp_hour, have_hour) == "0" and diff(have_hour, exp_hour) == "0"
+    # 0009: link_day per UTC day likewise
+    exp_day = ("SELECT url_link_id, (visit_time AT TIME ZONE 'UTC')::date, "
+               "count(*) FILTER (WHERE NOT is_bot), count(*) FILTER (WHERE is_bot), "
+               "min(visit_time), max(visit_time) FROM visit_record WHERE url_link_id IS NOT NULL "
+               "GROUP BY 1, 2")
+    have_day = "SELECT url_link_id, day, visits, bot_visits, first_visit, last_visit FROM link_day"
+    assert diff(exp_day, have_day) == "0" and diff(have_day, exp_day) == "0"
     exp_total = ("SELECT url_link_id, count(*), count(*) FILTER (WHERE is_bot), min(visit_time), "
                  "max(visit_time) FROM visit_record WHERE url_link_id IS NOT NULL GROUP BY 1")
     have_total = "SELECT url_link_id, visits, bot_visits, first_visit, last_visit FROM link_total"
@@ -225,6 +232,16 @@ def assert_rollups(pg):
                     "WHERE url_link_id IS NOT NULL AND NOT is_bot GROUP BY 1")
         have_link = ("SELECT url_link_id, hll_cardinality(hll_union_agg(visitors))::bigint "
                      "FROM link_hour GROUP BY 1 HAVING sum(visits) > 0")
+        assert diff(exp_link, have_link) == "0" and diff(have_link, exp_link) == "0"
+        # link_day's sketches: per day, and their union per link
+        exp_dayu = ("SELECT url_link_id, (visit_time AT TIME ZONE 'UTC')::date, "
+                    "count(DISTINCT client_id) FROM visit_record WHERE url_link_id IS NOT NULL "
+                    "AND NOT is_bot GROUP BY 1, 2")
+        have_dayu = ("SELECT url_link_id, day, hll_cardinality(visitors)::bigint FROM link_day "
+                     "WHERE visits > 0")
+        assert diff(exp_dayu, have_dayu) == "0" and diff(have_dayu, exp_dayu) == "0"
+        have_link = ("SELECT url_link_id, hll_cardinality(hll_union_agg(visitors))::bigint "
+                     "FROM link_day GROUP BY 1 HAVING sum(visits) > 0")
         assert diff(exp_link, have_link) == "0" and diff(have_link, exp_link) == "0"
     else:
         have_uniq = ("SELECT url_link_id, hour AT TIME ZONE 'UTC', count(*) "

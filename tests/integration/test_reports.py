@@ -84,7 +84,8 @@ def _stop_checked(p, what):
 @pytest.fixture(scope="module", params=["hll", "exact"])
 def db(request, pg_cluster):
     """One database for the module, loaded through Kafka and ingest; "exact"
-    drops link_hour.visitors first so ingest and reports use link_hour_visitor."""
+    drops link_hour.visitors and link_day.visitors first so ingest and reports
+    use link_hour_visitor."""
     name = f"lp_rep{os.getpid()}_{request.param}"
     pg_cluster.psql(f"CREATE DATABASE {name} TEMPLATE lp_template", db="postgres")
     d = lpstack.Postgres(pg_cluster.datadir, port=pg_cluster.port)
@@ -92,7 +93,8 @@ def db(request, pg_cluster):
     work = tempfile.mkdtemp(prefix="lp-rep-", dir="/tmp")
     try:
         if request.param == "exact":
-            d.psql("ALTER TABLE link_hour DROP COLUMN visitors")
+            d.psql("ALTER TABLE link_hour DROP COLUMN visitors; "
+                   "ALTER TABLE link_day DROP COLUMN visitors")
         ids = {}
         for code, tags, deleted in [("rpA", "{spring,sms}", 0), ("rpB", "{spring}", 0),
                                     ("rpR", "{bulk}", 0), ("rpE", "{spring}", 0),
