@@ -52,6 +52,12 @@ struct loader {
 	"WHEN v7 IS NOT NULL THEN 'os' WHEN v8 IS NOT NULL THEN 'device_type' " \
 	"WHEN v9 IS NOT NULL THEN 'referer_host' ELSE 'language' END"
 
+/* An upsert's SET adding the batch's counts to the row's (alias t). */
+#define ADD_COUNTS \
+	"visits = t.visits + EXCLUDED.visits, bot_visits = t.bot_visits + EXCLUDED.bot_visits," \
+	" first_visit = least(t.first_visit, EXCLUDED.first_visit)," \
+	" last_visit = greatest(t.last_visit, EXCLUDED.last_visit)"
+
 #define ROLLUP_SQL_FMT \
 	    "WITH hs AS MATERIALIZED (" \
 	    " SELECT url_link_id, hour, visits, bot_visits, first_visit, last_visit%1$s" \
@@ -61,28 +67,19 @@ struct loader {
 	    "  last_visit%2$s)" \
 	    " SELECT url_link_id, hour, visits, bot_visits, first_visit, last_visit%2$s" \
 	    " FROM hs ORDER BY 1, 2" \
-	    " ON CONFLICT (url_link_id, hour) DO UPDATE SET visits = t.visits + EXCLUDED.visits," \
-	    "  bot_visits = t.bot_visits + EXCLUDED.bot_visits," \
-	    "  first_visit = least(t.first_visit, EXCLUDED.first_visit)," \
-	    "  last_visit = greatest(t.last_visit, EXCLUDED.last_visit)%3$s)," \
+	    " ON CONFLICT (url_link_id, hour) DO UPDATE SET " ADD_COUNTS "%3$s)," \
 	    "ld AS (" \
 	    " INSERT INTO link_day AS t (url_link_id, day, visits, bot_visits, first_visit," \
 	    "  last_visit%2$s)" \
 	    " SELECT url_link_id, (hour AT TIME ZONE 'UTC')::date, sum(visits), sum(bot_visits)," \
 	    "  min(first_visit), max(last_visit)%4$s FROM hs GROUP BY 1, 2 ORDER BY 1, 2" \
-	    " ON CONFLICT (url_link_id, day) DO UPDATE SET visits = t.visits + EXCLUDED.visits," \
-	    "  bot_visits = t.bot_visits + EXCLUDED.bot_visits," \
-	    "  first_visit = least(t.first_visit, EXCLUDED.first_visit)," \
-	    "  last_visit = greatest(t.last_visit, EXCLUDED.last_visit)%3$s)," \
+	    " ON CONFLICT (url_link_id, day) DO UPDATE SET " ADD_COUNTS "%3$s)," \
 	    "%5$s" \
 	    "lt AS (" \
 	    " INSERT INTO link_total AS t (url_link_id, visits, bot_visits, first_visit, last_visit)" \
 	    " SELECT url_link_id, sum(visits + bot_visits), sum(bot_visits), min(first_visit)," \
 	    "  max(last_visit) FROM hs GROUP BY 1 ORDER BY 1" \
-	    " ON CONFLICT (url_link_id) DO UPDATE SET visits = t.visits + EXCLUDED.visits," \
-	    "  bot_visits = t.bot_visits + EXCLUDED.bot_visits," \
-	    "  first_visit = least(t.first_visit, EXCLUDED.first_visit)," \
-	    "  last_visit = greatest(t.last_visit, EXCLUDED.last_visit))," \
+	    " ON CONFLICT (url_link_id) DO UPDATE SET " ADD_COUNTS ")," \
 	    "od AS (" \
 	    " INSERT INTO orphan_day AS t (unique_code, day, visits, bot_visits)" \
 	    " SELECT unique_code, day, visits, bot_visits FROM ingest_orphan ORDER BY 1, 2" \

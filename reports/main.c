@@ -512,7 +512,7 @@ write_links(struct query *q, struct query *q2, const struct args *a, const long 
 			break;
 		}
 		if (next < n) {
-			nx->q = qs[(k + depth) % depth];
+			nx->q = qs[k % depth];  /* round k + depth: the same query as round k */
 			nx->ids = ids + next;
 			if (round_start(nx, n - next < batch ? n - next : batch, err, errsz) < 0)
 				rc = -1;

@@ -41,7 +41,7 @@ struct query {
 	char wb0[11], wb1[11];   /* whole ISO weeks in [m1, d1) (wb0 = wb1 = d1: none) */
 	char *top_sql;           /* owned: the top-N statement for these bounds */
 	int split;               /* a local midnight of the range is not on a UTC hour */
-	int utc_days;            /* every local midnight of the range is a UTC midnight */
+	int day_rows;            /* the series reads link_day (PIECES_DAYS) */
 	char *tz, *base_url;
 	int exclude_bots;
 	long long top_n;
@@ -66,17 +66,29 @@ struct query {
 #define IDX_EXPR "CASE agg.gs WHEN 1 THEN agg.day - $2::date" \
 	" WHEN 2 THEN (extract(epoch FROM agg.h - date_trunc('hour', p.s, 'UTC')) / 3600)::bigint ELSE 0 END"
 
-/* %s: sketch column of link_hour, the split hours' rows, day sketch union,
- * day uniques, total uniques, the hourly part. Totals come from the day
- * rows (day sketches unioned again), not from every hour a second time. */
+/* The rows SERIES_SQL sums per local day: link_hour's hours of the range
+ * but the split ones (sk: its sketch column, or nothing) ... */
+#define PIECES_HOURS(sk) \
+    " SELECT " GRP("lh") " AS g, lh.hour AS h, (lh.hour AT TIME ZONE $4)::date AS day," \
+    "  lh.visits AS v, lh.bot_visits AS b, lh.first_visit AS f, lh.last_visit AS l," \
+    "  CASE WHEN lh.visits > 0 THEN lh.hour END AS hh" sk \
+    " FROM link_hour lh, p WHERE lh.url_link_id = ANY($1) AND lh.hour >= p.s AND lh.hour < p.e" \
+    "  AND lh.hour NOT IN (SELECT h FROM split)"
+/* ... or link_day's days (0009) when they are the range's days (query_open
+ * sets day_rows): one row and sketch per day instead of 24. No first and
+ * last human hours: --exclude-bots reads hours. */
+#define PIECES_DAYS \
+    " SELECT " GRP("ld") " AS g, NULL::timestamptz AS h, ld.day, ld.visits AS v," \
+    "  ld.bot_visits AS b, ld.first_visit AS f, ld.last_visit AS l, NULL::timestamptz AS hh," \
+    "  ld.visitors AS sk" \
+    " FROM link_day ld WHERE ld.url_link_id = ANY($1) AND ld.day >= $2::date AND ld.day <= $3::date"
+
+/* %s: the pieces (above), the split hours' rows, day sketch union, day
+ * uniques, total uniques, the hourly part. Totals come from the day rows
+ * (day sketches unioned again), not from every hour a second time. */
 static const char SERIES_SQL[] =
     "WITH " CTE_P ", " CTE_SPLIT ", pieces AS ("
-    " SELECT " GRP("lh") " AS g, lh.hour AS h, (lh.hour AT TIME ZONE $4)::date AS day,"
-    "  lh.visits AS v, lh.bot_visits AS b, lh.first_visit AS f, lh.last_visit AS l,"
-    "  CASE WHEN lh.visits > 0 THEN lh.hour END AS hh%s"
-    " FROM link_hour lh, p WHERE lh.url_link_id = ANY($1) AND lh.hour >= p.s AND lh.hour < p.e"
-    "  AND lh.hour NOT IN (SELECT h FROM split)"
-    "%s),"
+    "%s%s),"
     " d AS (SELECT g, day, sum(v)::bigint AS v, sum(b)::bigint AS b, min(f) AS f, max(l) AS l,"
     "  min(hh) AS fh, max(hh) AS lh, %s AS sk FROM pieces GROUP BY g, day)"
     " SELECT g, 1 AS gs, (day - $2::date)::bigint AS idx, v, b, %s AS u, NULL::text AS f,"
@@ -84,23 +96,6 @@ static const char SERIES_SQL[] =
     " UNION ALL SELECT g, 3, 0, sum(v)::bigint, sum(b)::bigint, %s, to_char(min(f), " FMT_US "),"
     "  to_char(max(l), " FMT_US "), min(fh), max(lh) FROM d GROUP BY g"
     "%s";
-
-/* SERIES_SQL's day and total rows from link_day (0009) when the range's
- * days are UTC days, nothing is asked per hour and hll sketches exist: one
- * row and sketch per day instead of 24. Without the first and last human
- * hours (--exclude-bots takes SERIES_SQL). */
-static const char SERIES_DAY_SQL[] =
-    "WITH d AS (SELECT " GRP("ld") " AS g, ld.day, sum(ld.visits)::bigint AS v,"
-    "  sum(ld.bot_visits)::bigint AS b, min(ld.first_visit) AS f, max(ld.last_visit) AS l,"
-    "  hll_union_agg(ld.visitors) AS sk"
-    " FROM link_day ld WHERE ld.url_link_id = ANY($1) AND ld.day >= $2::date AND ld.day <= $3::date"
-    " GROUP BY 1, 2)"
-    " SELECT g, 1 AS gs, (day - $2::date)::bigint AS idx, v, b,"
-    "  coalesce(round(hll_cardinality(sk)), 0)::bigint AS u, NULL::text AS f, NULL::text AS l,"
-    "  NULL::timestamptz AS fh, NULL::timestamptz AS lh FROM d"
-    " UNION ALL SELECT g, 3, 0, sum(v)::bigint, sum(b)::bigint,"
-    "  coalesce(round(hll_cardinality(hll_union_agg(sk))), 0)::bigint, to_char(min(f), " FMT_US "),"
-    "  to_char(max(l), " FMT_US "), NULL, NULL FROM d GROUP BY g";
 
 /* The split hours' part of SERIES_SQL, only in zones where a local midnight
  * of the range is not on a UTC hour (its planning is not free); %s: sketch. */
@@ -396,7 +391,7 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	struct query *q = calloc(1, sizeof(*q));
 	PGresult *r;
 	const char *vals[3];
-	int ndays;
+	int ndays, utc_days;
 
 	*bad_input = 0;
 	if (q == NULL || (q->tz = strdup(tz)) == NULL || (q->base_url = strdup(base_url)) == NULL) {
@@ -443,7 +438,10 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	 * whole UTC days [d0, d1), the whole months [m0, m1) inside the range
 	 * (m0 = m1 = d1 when none), the whole ISO weeks of [d0, m0) and of
 	 * [m1, d1) (lo = hi = the stretch's end when none), the day labels (at
-	 * most 3701: a longer range is refused below) and the day count. */
+	 * most 3701: a longer range is refused below), the day count, whether
+	 * the range has edges inside UTC days, and, from one pass over its
+	 * local midnights, whether one is off a UTC hour (split) and whether
+	 * all are UTC midnights (its days are UTC days). */
 	r = exec(q, "WITH r AS MATERIALIZED (SELECT coalesce($1::date, coalesce($2::date, (now() AT TIME ZONE $3)::date)"
 	    "  - 29) AS f, coalesce($2::date, (now() AT TIME ZONE $3)::date) AS t),"
 	    " p AS MATERIALIZED (SELECT f, t, f::timestamp AT TIME ZONE $3 AS s, (t + 1)::timestamp AT TIME ZONE $3 AS e"
@@ -468,11 +466,11 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	    " CASE WHEN a0 < a1 THEN a0 ELSE mlo END, CASE WHEN a0 < a1 THEN a1 ELSE mlo END,"
 	    " CASE WHEN b0 < b1 THEN b0 ELSE d1 END, CASE WHEN b0 < b1 THEN b1 ELSE d1 END,"
 	    " s < d0::timestamp AT TIME ZONE 'UTC' OR e > d1::timestamp AT TIME ZONE 'UTC',"
-	    " EXISTS (SELECT 1 FROM generate_series(f::timestamp, (t + 1)::timestamp, interval '1 day')"
-	    "  AS g(d) WHERE (g.d AT TIME ZONE $3) <> date_trunc('hour', g.d AT TIME ZONE $3, 'UTC'))"
-	    ", NOT EXISTS (SELECT 1 FROM generate_series(f::timestamp, (t + 1)::timestamp, interval '1 day')"
-	    "  AS g(d) WHERE (g.d AT TIME ZONE $3) <> (g.d AT TIME ZONE 'UTC'))"
-	    " FROM w", 3, NULL, vals, errstr, errstr_size);
+	    " mid.off_hour, mid.utc"
+	    " FROM w, LATERAL (SELECT coalesce(bool_or(x.m <> date_trunc('hour', x.m, 'UTC')), false) AS off_hour,"
+	    "  coalesce(bool_and(x.m = g.d AT TIME ZONE 'UTC'), false) AS utc"
+	    "  FROM generate_series(w.f::timestamp, (w.t + 1)::timestamp, interval '1 day') AS g(d),"
+	    "  LATERAL (SELECT g.d AT TIME ZONE $3 AS m) AS x) AS mid", 3, NULL, vals, errstr, errstr_size);
 	if (r == NULL) {
 		query_close(q);
 		return NULL;
@@ -499,7 +497,7 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	snprintf(q->wb1, sizeof(q->wb1), "%s", PQgetvalue(r, 0, 12));
 	q->top_sql = build_top_sql(q, strcmp(PQgetvalue(r, 0, 13), "t") == 0);
 	q->split = strcmp(PQgetvalue(r, 0, 14), "t") == 0;
-	q->utc_days = strcmp(PQgetvalue(r, 0, 15), "t") == 0;
+	utc_days = strcmp(PQgetvalue(r, 0, 15), "t") == 0;
 	PQclear(r);
 	if (q->days == NULL || q->top_sql == NULL) {
 		errstr_set(errstr, errstr_size, "out of memory");
@@ -518,6 +516,7 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 		query_close(q);
 		return NULL;
 	}
+	q->day_rows = q->hll && utc_days && q->hours == NULL && !exclude_bots;
 	q->range.from = q->from;
 	q->range.to = q->to;
 	q->range.tz = q->tz;
@@ -809,7 +808,9 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	static const Oid types[] = { OID_INT8ARR, OID_DATE, OID_DATE, OID_TEXT, OID_BOOL, OID_BOOL,
 	    OID_INT8, OID_DATE, OID_DATE, OID_DATE, OID_DATE, OID_DATE, OID_DATE, OID_DATE, OID_DATE };
 	const char *vals[15];
-	char *arr = id_array(ids, n), sql[sizeof(SERIES_SQL) + sizeof(SERIES_SPLIT_SQL) + sizeof(SERIES_HOURLY_SQL) + 1024];
+	char *arr = id_array(ids, n), sql[sizeof(SERIES_SQL) +
+	    sizeof(PIECES_HOURS(", lh.visitors AS sk")) + sizeof(PIECES_DAYS) + sizeof(SERIES_SPLIT_SQL) +
+	    sizeof(SERIES_HOURLY_SQL) + 1024];
 	char hsql[sizeof(SERIES_HOURLY_SQL) + 128] = "";
 	char ssql[sizeof(SERIES_SPLIT_SQL) + 256] = "";
 	const char *hourly = q->hours ? "(g, h), " : "";
@@ -845,15 +846,14 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 		snprintf(ssql, sizeof(ssql), SERIES_SPLIT_SQL, q->hll ?
 		    ", coalesce(hll_add_agg(hll_hash_text(v.client_id::text)) FILTER (WHERE NOT v.is_bot),"
 		    " hll_empty())" : "");
-	if (q->hll && q->utc_days && q->hours == NULL && !q->exclude_bots)
-		snprintf(sql, sizeof(sql), "%s", SERIES_DAY_SQL);
-	else if (q->hll)
-		snprintf(sql, sizeof(sql), SERIES_SQL, ", lh.visitors AS sk", ssql, "hll_union_agg(sk)",
+	if (q->hll)
+		snprintf(sql, sizeof(sql), SERIES_SQL,
+		    q->day_rows ? PIECES_DAYS : PIECES_HOURS(", lh.visitors AS sk"), ssql, "hll_union_agg(sk)",
 		    "coalesce(round(hll_cardinality(sk)), 0)::bigint",
 		    "coalesce(round(hll_cardinality(hll_union_agg(sk))), 0)::bigint", hsql);
 	else
-		snprintf(sql, sizeof(sql), SERIES_SQL, "", ssql, "NULL::int", "0::bigint", "0::bigint",
-		    hsql);
+		snprintf(sql, sizeof(sql), SERIES_SQL, PIECES_HOURS(""), ssql, "NULL::int", "0::bigint",
+		    "0::bigint", hsql);
 	/* The top-N query runs on the second connection meanwhile. */
 	if (conn2_ready(q, errstr, errstr_size) < 0 ||
 	    send_on(q->conn2, q->top_sql, 15, types, vals, errstr, errstr_size) < 0)
