@@ -246,6 +246,70 @@ class Broker(Process):
         self.send_signal(signal.SIGUSR2)
 
 
+class PgBouncer(Process):
+    """pgbouncer (Debian package) in session mode in front of pg, on its own
+    port: a client's connection takes an idle server connection (backend
+    already forked, catalog caches warm) instead of forking a backend.
+    DISCARD ALL resets each server connection's session when a client
+    leaves. pool_size server connections at most: each reports process
+    holds two, or four during --all."""
+
+    def __init__(self, pg, pool_size=8):
+        self.port = free_port()
+        self.pg = pg
+        # Its own directory: the postgres user must read the files (a
+        # caller's mkdtemp directory is root's alone).
+        self.workdir = tempfile.mkdtemp(prefix="lp-pgbouncer-", dir="/tmp")
+        os.chmod(self.workdir, 0o755)
+        ini = os.path.join(self.workdir, "pgbouncer.ini")
+        users = os.path.join(self.workdir, "users.txt")
+        with open(users, "w") as f:
+            f.write('"postgres" ""\n')
+        with open(ini, "w") as f:
+            f.write(f"""[databases]
+{pg.dbname} = host=127.0.0.1 port={pg.port} dbname={pg.dbname} user=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {self.port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {users}
+pool_mode = session
+server_reset_query = DISCARD ALL
+default_pool_size = {pool_size}
+max_client_conn = 200
+pidfile = {os.path.join(self.workdir, "pgbouncer.pid")}
+""")
+        _chown_postgres(self.workdir)
+        for p in (ini, users):
+            _chown_postgres(p)
+        # As root: pgbouncer switches to postgres itself (-u), and signals
+        # reach it directly.
+        argv = ["pgbouncer"] + (["-u", "postgres"] if IS_ROOT else []) + [ini]
+        super().__init__("pgbouncer", argv, self.workdir)
+
+    @property
+    def dsn(self):
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={self.pg.dbname}"
+
+    def up(self):
+        self.start()
+        try:
+            wait_port(self.port, proc=self.proc, what="pgbouncer")
+        except RuntimeError as e:
+            self.stop()
+            raise RuntimeError(f"{e}:\n{self.log_text}")
+        return self
+
+    def stop(self, sig=signal.SIGINT, timeout=30):
+        """SIGINT: pgbouncer's safe shutdown. Removes its directory; the
+        log stays readable as log_text."""
+        rc = super().stop(sig, timeout)
+        self.log_text = self.output()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return rc
+
+
 def program(name, workdir, settings, extra_args=(), env=None):
     """A linkpulse program with -o name=value settings."""
     argv = [os.path.join(BIN, name)]

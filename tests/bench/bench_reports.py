@@ -199,6 +199,14 @@ def psql_argv(pg, sql):
             "-d", pg.dbname, "-o", "/dev/null", "-c", sql]
 
 
+def strip_generated(doc):
+    """A report's JSON without its generated_at time."""
+    import json
+    d = json.loads(doc)
+    d.pop("generated_at", None)
+    return d
+
+
 def libs(path):
     r = subprocess.run(["ldd", path], capture_output=True, text=True)
     return [line for line in r.stdout.splitlines() if "=>" in line]
@@ -229,7 +237,7 @@ def run(bin_dir, work):
         exact = pg.psql(f"SELECT count(DISTINCT client_id) FILTER (WHERE NOT is_bot) FROM "
                         f"visit_record WHERE {big_where}")
         t_plain, _ = timed(psql_argv(pg, PLAIN_SQL.format(where=big_where)), 3)
-        print(f"reports_link_1M_visits_ms {t_link * 1000:.1f}  (median of 9 process runs, best "
+        print(f"reports_link_1M_visits_ms {t_link * 1000:.1f}  (direct connection, a backend forked per run; median of 9 process runs, best "
               f"{min(runs) * 1000:.1f}; target <= 50; 90 days, "
               f"{doc['totals']['visits']} human visits, uniques {doc['totals']['uniques']} "
               f"(hll) vs exact {exact})", flush=True)
@@ -240,6 +248,27 @@ def run(bin_dir, work):
         t_floor, _ = timed(psql_argv(pg, "SELECT 1"), 9)
         print(f"reports_link_floor_ms {t_floor * 1000:.1f}  ({lpstack.PG_BIN}/psql -c 'SELECT 1', "
               f"median of 9: process start, connection and one query on this machine)", flush=True)
+        # The same through pgbouncer (session mode, DISCARD ALL between
+        # clients), as deploy/ runs reports: connecting takes a pooled
+        # backend, already forked and with warm catalog caches, instead of
+        # forking a new one.
+        bouncer = lpstack.PgBouncer(pg).up()
+        try:
+            pooled = [rep, "-o", f"pg_dsn={bouncer.dsn}", "--from", FROM, "--to", TO, "--link", "big"]
+            _, out_pooled = timed(pooled, 2)  # the pool's two server connections
+            runs_pooled = []
+            t_pooled, out_pooled = timed(pooled, 9, runs_pooled)
+            same = strip_generated(out_pooled) == strip_generated(out)
+            pool_argv = psql_argv(pg, "SELECT 1")
+            pool_argv[pool_argv.index(str(pg.port))] = str(bouncer.port)
+            t_pool_floor, _ = timed(pool_argv, 9)
+        finally:
+            bouncer.stop()
+        print(f"reports_link_pooled_ms {t_pooled * 1000:.1f}  (through pgbouncer, median of 9, best "
+              f"{min(runs_pooled) * 1000:.1f}; target <= 50; output {'identical' if same else 'DIFFERS'}; "
+              f"ratio direct/pooled {t_link / t_pooled:.1f}x)", flush=True)
+        print(f"reports_link_pooled_floor_ms {t_pool_floor * 1000:.1f}  (psql -c 'SELECT 1' through "
+              f"pgbouncer, median of 9)", flush=True)
         t_start, _ = timed([rep, "--help"], 9)
         print(f"reports_start_ms {t_start * 1000:.1f}  (reports --help, median of 9: loading "
               f"the program and its {len(libs(rep))} shared libraries, no connection)", flush=True)

@@ -14,6 +14,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import types
 import time
 import zlib
 
@@ -482,6 +483,50 @@ def test_all_rounds_in_flight_match_one_round(db):
         one = report(db, "--link", doc["link"]["code"], "--from", "2024-05-01", "--to", "2024-05-03")
         one.pop("generated_at", None)
         assert one == doc, name
+
+
+def test_through_pgbouncer_equals_direct(db):
+    """deploy/ runs reports through pgbouncer in session mode: a pooled
+    server connection carries one client's session settings (reports sets
+    TimeZone, work_mem, ...) to the next unless DISCARD ALL resets it. With
+    two server connections reused by every run, each zone's report and an
+    --all run (four connections at once) equal the direct ones."""
+    bouncer = lpstack.PgBouncer(db, pool_size=4).up()
+    try:
+        via = types.SimpleNamespace(dsn=bouncer.dsn)
+        pids = {via_psql(bouncer, "SELECT pg_backend_pid()") for _ in range(3)}
+        assert len(pids) == 1, pids  # one server connection, reused
+        via_psql(bouncer, "SET TimeZone = 'Asia/Tokyo'")
+        assert via_psql(bouncer, "SHOW TimeZone") == db.psql("SHOW TimeZone")
+        for tz in ["Asia/Shanghai", "UTC", "America/New_York", "Asia/Kolkata", "Asia/Shanghai"]:
+            for args in (["--from", "2024-05-01", "--to", "2024-05-09"],
+                         ["--from", "2024-05-02", "--to", "2024-05-03", "--exclude-bots"]):
+                args = ["--link", "rpR", "--tz", tz, "--top", "5"] + args
+                pooled, direct = report(via, *args), report(db, *args)
+                pooled.pop("generated_at")
+                direct.pop("generated_at")
+                assert pooled == direct, (tz, args)
+        docs = []
+        for who in (via, db):
+            out = os.path.join(db.work, f"all-pgb-{len(docs)}")
+            run(who, "--all", "--from", "2024-05-01", "--to", "2024-05-03", "--tz", "Asia/Kolkata",
+                "--out", out, "-o", "batch_links=1")
+            files = {}
+            for name in sorted(os.listdir(out)):
+                with open(os.path.join(out, name)) as f:
+                    files[name] = json.load(f)
+                files[name].pop("generated_at", None)
+            docs.append(files)
+        assert docs[0] == docs[1] and len(docs[0]) == 5
+    finally:
+        assert bouncer.stop() == 0, bouncer.log_text
+
+
+def via_psql(bouncer, sql):
+    r = subprocess.run(["psql", "-X", "-At", "-d", bouncer.dsn, "-c", sql], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
 
 
 def test_all_write_failure_midway(db):
