@@ -249,7 +249,7 @@ def run(bin_dir, work):
         print(f"reports_link_floor_ms {t_floor * 1000:.1f}  ({lpstack.PG_BIN}/psql -c 'SELECT 1', "
               f"median of 9: process start, connection and one query on this machine)", flush=True)
         # The same through pgbouncer (session mode, DISCARD ALL between
-        # clients), as deploy/ runs reports: connecting takes a pooled
+        # clients), as deploy/pgbouncer/ sets it up: connecting takes a pooled
         # backend, already forked and with warm catalog caches, instead of
         # forking a new one.
         bouncer = lpstack.PgBouncer(pg).up()
