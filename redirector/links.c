@@ -23,7 +23,6 @@
 /* Single creates queued by concurrent clients: workers draining the queue
  * (each holds one PostgreSQL connection while it runs a statement) and the
  * most creates one statement takes. */
-#define LINKS_BATCH_WORKERS 8
 #define LINKS_BATCH_MAX 256
 
 
@@ -102,7 +101,7 @@ links_new(const struct links_conf *conf, struct pgpool *pg, struct kv *kv, struc
 	L->default_length = conf->default_length;
 	L->default_strategy = conf->default_strategy;
 	L->cache_ttl_s = conf->cache_ttl_s;
-	if (pool != NULL && (L->batch = linkbatch_new(L, LINKS_BATCH_WORKERS, LINKS_BATCH_MAX,
+	if (pool != NULL && (L->batch = linkbatch_new(L, conf->batch_workers, LINKS_BATCH_MAX,
 	    errstr, errstr_size)) == NULL) {
 		links_free(L);
 		return NULL;

@@ -23,6 +23,7 @@ struct links_conf {
 	enum links_strategy default_strategy;
 	const char *seq_secret;   /* key of the sequence permutation */
 	int cache_ttl_s;          /* Redis link-record TTL */
+	int batch_workers;        /* threads running queued creates as batches, >= 1 */
 };
 
 /* A failure to report to the API client. */

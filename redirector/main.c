@@ -47,6 +47,7 @@ struct redirector_conf {
 	char *sequence_secret;
 	long long pool_low_water;
 	long long pool_batch;
+	long long create_batch_workers;
 	long long bloom_expected;
 	long long bloom_fpr_ppm;
 	long long link_cache_ttl_s;
@@ -102,6 +103,8 @@ static const struct cfg_opt redirector_tab[] = {
 	{ "pool_low_water", CFG_INT, "20000", 1, 100000000, NULL, OFF(pool_low_water), 0,
 	  "refill the Redis code pool below this many codes" },
 	{ "pool_batch", CFG_INT, "10000", 1, 1000000, NULL, OFF(pool_batch), 0, "codes generated per refill round" },
+	{ "create_batch_workers", CFG_INT, "2", 1, 64, NULL, OFF(create_batch_workers), 0,
+	  "threads turning queued single creates into batches (fewer: bigger batches, less CPU per create)" },
 	{ "bloom_expected", CFG_INT, "10000000", 1000, 4000000000LL, NULL, OFF(bloom_expected), 0,
 	  "codes the Bloom filter is sized for" },
 	{ "bloom_fpr_ppm", CFG_INT, "1000", 1, 500000, NULL, OFF(bloom_fpr_ppm), 0,
@@ -477,6 +480,7 @@ serve(struct app *app)
 	    strcmp(cf->code_strategy, "sequence") == 0 ? LINKS_SEQUENCE : LINKS_RANDOM;
 	lc.seq_secret = cf->sequence_secret;
 	lc.cache_ttl_s = (int)cf->link_cache_ttl_s;
+	lc.batch_workers = (int)cf->create_batch_workers;
 	if ((app->bloom = bloom_new((uint64_t)cf->bloom_expected, (double)cf->bloom_fpr_ppm / 1e6,
 	    errstr, sizeof(errstr))) == NULL ||
 	    load_bloom(app, errstr, sizeof(errstr)) < 0 ||
