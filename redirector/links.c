@@ -20,9 +20,8 @@
 #define MAX_TAGS 32
 #define MAX_TAG_LEN 64
 #define CREATE_TRIES 64
-/* Single creates queued by concurrent clients: workers draining the queue
- * (each holds one PostgreSQL connection while it runs a statement) and the
- * most creates one statement takes. */
+/* The most queued single creates one batch statement takes (the workers
+ * draining the queue are links_conf.batch_workers). */
 #define LINKS_BATCH_MAX 256
 
 

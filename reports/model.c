@@ -10,6 +10,15 @@ const char *const model_dims[] = {
 	"device_type", "referer_host", "language",
 };
 
+int
+model_dim_index(const char *name)
+{
+	for (int d = 0; d < MODEL_NDIMS; d++)
+		if (name[0] == model_dims[d][0] && strcmp(name, model_dims[d]) == 0)
+			return d;
+	return -1;
+}
+
 static json_t *
 now_rfc3339(void)
 {

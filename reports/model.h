@@ -11,6 +11,9 @@
 extern const char *const model_dims[];
 #define MODEL_NDIMS 10
 
+/* The index of dimension name in model_dims, -1 when it is not one. */
+int model_dim_index(const char *name);
+
 /* What every report of one run shares. Strings are borrowed. days/hours are
  * the labels of the zero-filled series (hours NULL when the range is longer
  * than 7 days); both arrays are borrowed and copied into each report. */

@@ -771,14 +771,7 @@ top_take(struct query *q, const struct targets *t, PGresult *r, char *errstr, si
 		return -1;
 	}
 	for (size_t i = 0; i < n; i++) {
-		const char *dim = PQgetvalue(r, (int)i, 1);
-
-		rows[i].dim = -1;
-		for (int d = 0; d < MODEL_NDIMS; d++)
-			if (dim[0] == model_dims[d][0] && strcmp(dim, model_dims[d]) == 0) {
-				rows[i].dim = d;
-				break;
-			}
+		rows[i].dim = model_dim_index(PQgetvalue(r, (int)i, 1));
 		rows[i].g = strtoll(PQgetvalue(r, (int)i, 0), NULL, 10);
 		rows[i].value = PQgetvalue(r, (int)i, 2);
 		rows[i].v = strtoll(PQgetvalue(r, (int)i, 3), NULL, 10);

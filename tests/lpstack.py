@@ -257,6 +257,7 @@ class PgBouncer(Process):
     def __init__(self, pg, pool_size=8):
         self.port = free_port()
         self.pg = pg
+        self.dbname = pg.dbname
         # Its own directory: the postgres user must read the files (a
         # caller's mkdtemp directory is root's alone).
         self.workdir = tempfile.mkdtemp(prefix="lp-pgbouncer-", dir="/tmp")
@@ -267,7 +268,7 @@ class PgBouncer(Process):
             f.write('"postgres" ""\n')
         with open(ini, "w") as f:
             f.write(f"""[databases]
-{pg.dbname} = host=127.0.0.1 port={pg.port} dbname={pg.dbname} user=postgres
+{self.dbname} = host=127.0.0.1 port={pg.port} dbname={self.dbname} user=postgres
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = {self.port}
@@ -290,7 +291,7 @@ pidfile = {os.path.join(self.workdir, "pgbouncer.pid")}
 
     @property
     def dsn(self):
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname={self.pg.dbname}"
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={self.dbname}"
 
     def up(self):
         self.start()

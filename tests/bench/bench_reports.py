@@ -7,6 +7,7 @@ Times `reports --link` (target <= 50 ms) and `reports --all --out DIR`
 visit_record in the same run, with ratios."""
 import datetime
 import io
+import json
 import os
 import random
 import shutil
@@ -201,7 +202,6 @@ def psql_argv(pg, sql):
 
 def strip_generated(doc):
     """A report's JSON without its generated_at time."""
-    import json
     d = json.loads(doc)
     d.pop("generated_at", None)
     return d
@@ -230,7 +230,6 @@ def run(bin_dir, work):
         timed(base + ["--link", "big"], 1)  # warm the cache
         runs = []
         t_link, out = timed(base + ["--link", "big"], 9, runs)
-        import json
         doc = json.loads(out)
         big_where = ("url_link_id = (SELECT id FROM url_link WHERE code = 'big') AND "
                      f"visit_time >= '{FROM}' AND visit_time < '{TO}'::date + 1")
@@ -259,9 +258,7 @@ def run(bin_dir, work):
             runs_pooled = []
             t_pooled, out_pooled = timed(pooled, 9, runs_pooled)
             same = strip_generated(out_pooled) == strip_generated(out)
-            pool_argv = psql_argv(pg, "SELECT 1")
-            pool_argv[pool_argv.index(str(pg.port))] = str(bouncer.port)
-            t_pool_floor, _ = timed(pool_argv, 9)
+            t_pool_floor, _ = timed(psql_argv(bouncer, "SELECT 1"), 9)
         finally:
             bouncer.stop()
         print(f"reports_link_pooled_ms {t_pooled * 1000:.1f}  (through pgbouncer, median of 9, best "
