@@ -425,7 +425,7 @@ static const char batch_sql[] =
     "SELECT i.code, $1 || '/' || i.code, i.long_url, i.md5, 0, i.rt, i.vs, i.ea, i.mv, "
     "coalesce(i.tags::text[], '{}'), nullif(i.creator, 0), nullif(i.creator, 0) "
     "FROM i JOIN c ON c.code = i.code ON CONFLICT (code) DO NOTHING RETURNING *) "
-    "SELECT 1, i.idx, " LINK_COLS " FROM ins l JOIN i ON i.code = l.code "
+    "SELECT 1, i.idx, " LINK_COLS_NEW " FROM ins l JOIN i ON i.code = l.code "
     "UNION ALL SELECT 0, ex.idx, " LINK_COLS " FROM ex JOIN url_link l ON l.id = ex.id";
 
 enum { A_IDX, A_CODE, A_URL, A_MD5, A_RT, A_VS, A_EA, A_MV, A_TAGS, A_DEDUPE, A_CREATOR, A_SRC,

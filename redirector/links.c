@@ -519,7 +519,7 @@ insert_link(PGconn *c, const char *codesql, const char **params, int nparams, js
 	    "SELECT c.code, $1 || '/' || c.code, $2, $3, $4::smallint, $5::smallint, "
 	    "$6::timestamptz, $7::timestamptz, $8::bigint, coalesce($9::text[], '{}'), "
 	    "nullif($10, '0')::bigint, nullif($10, '0')::bigint FROM c RETURNING *) "
-	    "SELECT " LINK_COLS " FROM ins l", codesql);
+	    "SELECT " LINK_COLS_NEW " FROM ins l", codesql);
 	r = pgpool_exec(c, sql, nparams, params, state, errstr, errstr_size);
 	if (r == NULL)
 		return strcmp(state, "23505") == 0 ? 0 : -1;
