@@ -151,26 +151,23 @@ def bench_api(bin_dir, work):
         create_run(pg, base, CREATE_LUA, key, work, 64, 5)
         # This VM's CPU speed swings up to 2x from one ten seconds to the
         # next (see machine_cpu_probe_ms): three runs each, the median counts.
-        singles = []
-        for i in range(RUNS):
-            lps, rps, p99, non2xx, note = create_run(pg, base, CREATE_LUA, key, work, 64, 10)
-            singles.append(lps)
-            print(f"api_single_creates_run{i + 1} {lps:.0f}  ({rps:.0f} req/s, p99 {p99:.1f} ms, "
-                  f"non-2xx {non2xx}, {note})", flush=True)
-        lps = statistics.median(singles)
-        print(f"api_single_creates_per_sec {lps:.0f}  (median of {RUNS}, {min(singles):.0f}-"
-              f"{max(singles):.0f}; links created per second, new URLs only; wrk -t2 -c64 -d10s "
-              f"keep-alive after a 5 s warm-up; target >= 5000)", flush=True)
-        bulks = []
-        for i in range(RUNS):
-            blps, brps, bp99, bnon2xx, note = create_run(pg, base, BULK_LUA, key, work, 4, 10)
-            bulks.append(blps)
-            print(f"api_bulk_run{i + 1} {blps:.0f}  ({brps:.1f} batches/s, p99 {bp99:.0f} ms, "
-                  f"non-2xx {bnon2xx}, {note})", flush=True)
-        blps = statistics.median(bulks)
-        print(f"api_bulk_links_per_sec {blps:.0f}  (median of {RUNS}, {min(bulks):.0f}-"
-              f"{max(bulks):.0f}; links created per second, wrk -t2 -c4 -d10s, batches of 1000; "
-              f"pool codes left {redis.cli('SCARD', 'lp:pool:6')}; target >= 50000)", flush=True)
+        def runs(name, template, conns):
+            got = []
+            for i in range(RUNS):
+                lps, rps, p99, non2xx, note = create_run(pg, base, template, key, work, conns, 10)
+                got.append(lps)
+                print(f"{name}_run{i + 1} {lps:.0f}  ({rps:.1f} req/s, p99 {p99:.1f} ms, "
+                      f"non-2xx {non2xx}, {note})", flush=True)
+            return statistics.median(got), f"median of {RUNS}, {min(got):.0f}-{max(got):.0f}"
+
+        lps, spread = runs("api_single_creates", CREATE_LUA, 64)
+        print(f"api_single_creates_per_sec {lps:.0f}  ({spread}; links created per second, new "
+              f"URLs only; wrk -t2 -c64 -d10s keep-alive after a 5 s warm-up; target >= 5000)",
+              flush=True)
+        blps, spread = runs("api_bulk", BULK_LUA, 4)
+        print(f"api_bulk_links_per_sec {blps:.0f}  ({spread}; links created per second, wrk -t2 "
+              f"-c4 -d10s, batches of 1000 (req/s = batches/s); pool codes left "
+              f"{redis.cli('SCARD', 'lp:pool:6')}; target >= 50000)", flush=True)
         print(f"api_bulk_vs_single_ratio {blps / lps:.2f}", flush=True)
     finally:
         red.stop()
