@@ -2,8 +2,6 @@
 figures (and ratios against baselines where an issue names one). Benchmarks
 are not tests: they never fail the build, they report."""
 import argparse
-import concurrent.futures
-import json
 import os
 import re
 import shutil
@@ -62,17 +60,6 @@ end
 
 POOL_FILL = 1000000
 RUNS = 3
-
-
-def wrk(url, script, threads=2, conns=64, secs=10):
-    r = subprocess.run(["wrk", f"-t{threads}", f"-c{conns}", f"-d{secs}s", "--latency", "-s",
-                        script, url], capture_output=True, text=True)
-    out = r.stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
-    p99_ms = float(p99.group(1)) * {"us": 0.001, "ms": 1, "s": 1000}[p99.group(2)] if p99 else -1
-    non2xx = int(re.search(r"non2xx (\d+)", out).group(1)) if "non2xx" in out else -1
-    return rps, p99_ms, non2xx
 
 
 def cpu_probe(tries=5):
@@ -149,8 +136,8 @@ def bench_api(bin_dir, work):
         # ran during the measurement.
         pg.psql("VACUUM ANALYZE unique_code")
         create_run(pg, base, CREATE_LUA, key, work, 64, 5)
-        # This VM's CPU speed swings up to 2x from one ten seconds to the
-        # next (see machine_cpu_probe_ms): three runs each, the median counts.
+        # This VM's CPU speed swings up to 2x between runs (see
+        # machine_cpu_probe_ms): RUNS runs each, the median counts.
         def runs(name, template, conns):
             got = []
             for i in range(RUNS):

@@ -256,7 +256,6 @@ class PgBouncer(Process):
 
     def __init__(self, pg, pool_size=8):
         self.port = free_port()
-        self.pg = pg
         self.dbname = pg.dbname
         # Its own directory: the postgres user must read the files (a
         # caller's mkdtemp directory is root's alone).

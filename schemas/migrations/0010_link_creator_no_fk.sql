@@ -1,10 +1,9 @@
 -- 0010_link_creator_no_fk: url_link.creator and updater stop being foreign
--- keys. Each checked key took a FOR KEY SHARE lock on its api_key row per
--- created link, so every create by one key wrote a lock into that one row
--- (a MultiXact as soon as two batches ran at once): all creates by a key
--- serialised on it. API key rows are never deleted (revoking sets
--- revoke_time), so every creator and updater the API writes stays a valid
--- api_key.id without the check.
+-- keys. Each check took a FOR KEY SHARE lock on the key's api_key row, so
+-- every create statement by one key wrote a lock into that one row (a
+-- MultiXact as soon as two batches ran at once). API key rows are never
+-- deleted (revoking sets revoke_time), so every creator and updater the API
+-- writes stays a valid api_key.id without the check.
 
 ALTER TABLE url_link DROP CONSTRAINT IF EXISTS url_link_creator_fkey;
 ALTER TABLE url_link DROP CONSTRAINT IF EXISTS url_link_updater_fkey;

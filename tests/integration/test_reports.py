@@ -14,7 +14,6 @@ import shutil
 import struct
 import subprocess
 import tempfile
-import time
 import zlib
 
 import jsonschema
