@@ -475,7 +475,7 @@ round_wait(struct round *r, char *err, size_t errsz)
 }
 
 /* Per-link files for ids, in rounds of batch links; adds each to index in
- * order. With q2 (a second query on connections of its own) two rounds are
+ * order. With q2 (a second query on a connection of its own) two rounds are
  * read at once, on q and q2 in turn, while the main thread renders and
  * writes the one before them: reading a round is the longest stage and
  * leaves the cores partly idle on its own. Without q2, one round at a time. */

@@ -8,7 +8,6 @@
 #include "log.h"
 
 #include <libpq-fe.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,13 +25,8 @@
 #define FMT_S "'YYYY-MM-DD\"T\"HH24:MI:SSTZH:TZM'"
 
 struct query {
-	PGconn *conn;
-	PGconn *conn2;           /* runs the top-N query while conn runs the series */
-	char *dsn;
-	pthread_t conn2_thread;  /* connects conn2 and sets its session up */
-	int conn2_pending;       /* conn2_thread runs or is not yet joined */
-	int conn2_rc;            /* 0 once conn2 is ready */
-	char conn2_err[512];
+	PGconn *conn;            /* one connection: a second backend for the top-N
+	                          * cost more (fork, cold caches) than it saved */
 	int hll;                 /* link_hour.visitors exists */
 	char from[11], to[11];
 	char d0[11], d1[11];     /* whole UTC days of the range: [d0, d1) */
@@ -191,7 +185,7 @@ static const char HUMAN_EDGES_SQL[] =
 
 /* work_mem: a round of --all sorts and hashes ~80,000 link_day_dim rows; at
  * the default 4 MB both spill to temporary files. No parallel workers: the
- * two connections and the rendering thread already fill the cores, and
+ * two readers of --all and the rendering thread already fill the cores, and
  * gathering a round's ~55,000 partial groups cost more than it saved. */
 static const char SESSION_SQL[] =
     "SELECT set_config('TimeZone', $1, false), set_config('jit', 'off', false),"
@@ -217,27 +211,6 @@ checked(PGconn *c, PGresult *r, char *errstr, size_t errstr_size)
 		errstr[--len] = '\0';
 	PQclear(r);
 	return NULL;
-}
-
-/* Sends a query on c without waiting; take the result with wait_on. */
-static int
-send_on(PGconn *c, const char *sql, int n, const Oid *types, const char *const *vals,
-        char *errstr, size_t errstr_size)
-{
-	if (PQsendQueryParams(c, sql, n, types, vals, NULL, NULL, 0) == 1)
-		return 0;
-	errstr_set(errstr, errstr_size, "PostgreSQL: %s", PQerrorMessage(c));
-	return -1;
-}
-
-static PGresult *
-wait_on(PGconn *c, char *errstr, size_t errstr_size)
-{
-	PGresult *r = PQgetResult(c), *extra;
-
-	while ((extra = PQgetResult(c)) != NULL)
-		PQclear(extra);
-	return checked(c, r, errstr, errstr_size);
 }
 
 static PGresult *
@@ -344,46 +317,6 @@ split_labels(const char *csv)
 	return a;
 }
 
-/* conn2_thread: connects the second connection and sets its session up
- * while the first one reads the range and the link. */
-static void *
-conn2_open(void *arg)
-{
-	struct query *q = arg;
-	const char *vals[1] = { q->tz };
-	PGresult *r;
-
-	q->conn2_rc = -1;
-	q->conn2 = PQconnectdb(q->dsn);
-	if (PQstatus(q->conn2) != CONNECTION_OK) {
-		errstr_set(q->conn2_err, sizeof(q->conn2_err), "PostgreSQL: %s",
-		    q->conn2 ? PQerrorMessage(q->conn2) : "out of memory");
-		return NULL;
-	}
-	r = checked(q->conn2, PQexecParams(q->conn2, SESSION_SQL, 1, NULL, vals, NULL, NULL, 0),
-	    q->conn2_err, sizeof(q->conn2_err));
-	if (r != NULL) {
-		PQclear(r);
-		q->conn2_rc = 0;
-	}
-	return NULL;
-}
-
-/* Waits for conn2_open; 0 when conn2 is usable, else -1 with errstr. */
-static int
-conn2_ready(struct query *q, char *errstr, size_t errstr_size)
-{
-	if (q->conn2_pending) {
-		pthread_join(q->conn2_thread, NULL);
-		q->conn2_pending = 0;
-	}
-	if (q->conn2_rc < 0) {
-		errstr_set(errstr, errstr_size, "%s", q->conn2_err);
-		return -1;
-	}
-	return 0;
-}
-
 struct query *
 query_open(const char *dsn, const char *tz, const char *from, const char *to, int exclude_bots,
            long long top_n, const char *base_url, int *bad_input, char *errstr, size_t errstr_size)
@@ -402,16 +335,6 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	q->exclude_bots = exclude_bots;
 	q->top_n = top_n;
 	snprintf(q->top_n_s, sizeof(q->top_n_s), "%lld", top_n);
-	/* The second connection is set up on a thread while the first one works. */
-	if ((q->dsn = strdup(dsn)) == NULL) {
-		errstr_set(errstr, errstr_size, "out of memory");
-		query_close(q);
-		return NULL;
-	}
-	if (pthread_create(&q->conn2_thread, NULL, conn2_open, q) == 0)
-		q->conn2_pending = 1;
-	else
-		conn2_open(q);
 	q->conn = PQconnectdb(dsn);
 	if (PQstatus(q->conn) != CONNECTION_OK) {
 		errstr_set(errstr, errstr_size, "PostgreSQL: %s", PQerrorMessage(q->conn));
@@ -539,11 +462,6 @@ query_close(struct query *q)
 		return;
 	if (q->conn != NULL)
 		PQfinish(q->conn);
-	if (q->conn2_pending)
-		pthread_join(q->conn2_thread, NULL);
-	if (q->conn2 != NULL)
-		PQfinish(q->conn2);
-	free(q->dsn);
 	free(q->top_sql);
 	json_decref(q->days);
 	json_decref(q->hours);
@@ -810,7 +728,7 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	const char *gs = q->hours ? "grouping(day, h) AS gs, day, h" :
 	    "CASE grouping(day) WHEN 0 THEN 1 ELSE 3 END AS gs, day, NULL::timestamptz AS h";
 	PGresult *r;
-	int rc = -1, top_sent = 0;
+	int rc = -1;
 
 	errstr_set(errstr, errstr_size, "%s", "");
 	if (arr == NULL) {
@@ -847,11 +765,6 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	else
 		snprintf(sql, sizeof(sql), SERIES_SQL, PIECES_HOURS(""), ssql, "NULL::int", "0::bigint",
 		    "0::bigint", hsql);
-	/* The top-N query runs on the second connection meanwhile. */
-	if (conn2_ready(q, errstr, errstr_size) < 0 ||
-	    send_on(q->conn2, q->top_sql, 15, types, vals, errstr, errstr_size) < 0)
-		goto out;
-	top_sent = 1;
 	if ((r = exec(q, sql, 7, types, vals, errstr, errstr_size)) == NULL)
 		goto out;
 	for (int i = 0; i < PQntuples(r); i++) {
@@ -884,15 +797,12 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 		}
 		PQclear(r);
 	}
-	top_sent = 0;
-	if ((r = wait_on(q->conn2, errstr, errstr_size)) == NULL)
+	if ((r = exec(q, q->top_sql, 15, types, vals, errstr, errstr_size)) == NULL)
 		goto out;
 	log_debug("top-N: %d rows", PQntuples(r));
 	rc = top_take(q, t, r, errstr, errstr_size);
 	PQclear(r);
 out:
-	if (top_sent)  /* an earlier step failed: drain the second connection */
-		PQclear(wait_on(q->conn2, NULL, 0));
 	free(arr);
 	return rc;
 }
