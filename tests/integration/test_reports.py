@@ -535,6 +535,37 @@ def test_all_write_failure_midway(db):
     assert "index.json" not in os.listdir(out)
 
 
+
+def test_all_refresh_swaps_in_place(db):
+    """--all over an earlier run's files (the nightly refresh): every visible
+    file equals what a run into a new directory writes, also when the new
+    reports are shorter than the old ones (the hidden .NAME.tmp a refresh
+    writes over holds the previous, longer report), and a third run over
+    those still does."""
+    def docs(out):
+        got = {}
+        for name in sorted(os.listdir(out)):
+            if name.startswith("."):
+                continue
+            with open(os.path.join(out, name)) as f:
+                got[name] = json.load(f)
+            got[name].pop("generated_at", None)
+        return got
+
+    out = os.path.join(db.work, "all-refresh")
+    ranges = [("2024-05-01", "2024-05-03"), ("2024-05-02", "2024-05-02"), ("2024-05-01", "2024-05-03")]
+    for i, (frm, to) in enumerate(ranges):
+        fresh = os.path.join(db.work, f"all-refresh-new-{i}")
+        for d in (out, fresh):
+            run(db, "--all", "--include-empty", "--from", frm, "--to", to, "--out", d,
+                "-o", "batch_links=1")
+        assert docs(out) == docs(fresh), (frm, to)
+        assert docs(out)["index.json"]["range"]["from"] == frm
+        if i > 0:  # a refresh leaves one hidden previous version per file
+            hidden = sorted(n for n in os.listdir(out) if n.startswith("."))
+            assert hidden == sorted(f".{n}.tmp" for n in os.listdir(out) if not n.startswith("."))
+
+
 def _png_stats(path):
     """(width, height, distinct colours, non-white pixels) of an 8-bit RGB/RGBA PNG."""
     with open(path, "rb") as f:
