@@ -44,22 +44,89 @@ body_json(struct http_req *req, enum MHD_Result *res)
 	return v;
 }
 
+/* A single create in flight: the connection is suspended while a batch
+ * worker runs it, so no HTTP thread waits (with a few threads, a waiting one
+ * would hold up every other connection it serves). */
+struct create_ctx {
+	json_t *body;                   /* owned */
+	struct links_pending *pending;  /* owned */
+	struct http_deferred *deferred;
+};
+
+static void
+create_ctx_free(struct create_ctx *c)
+{
+	links_pending_free(c->pending);
+	json_decref(c->body);
+	free(c);
+}
+
+/* On the connection's thread once the create finished (req NULL: the
+ * client went away). */
+static enum MHD_Result
+create_resumed(void *arg, struct http_req *req)
+{
+	struct create_ctx *c = arg;
+	struct links_err err;
+	json_t *out;
+	int created, rc;
+
+	if (req == NULL) {
+		create_ctx_free(c);
+		return MHD_NO;
+	}
+	if (c->pending == NULL) {
+		create_ctx_free(c);
+		return http_error(req, 503, "internal", NULL, "out of memory");
+	}
+	rc = links_pending_result(c->pending, &out, &created, &err);
+	create_ctx_free(c);
+	return rc < 0 ? links_error(req, &err) : http_json(req, created ? 201 : 200, out);
+}
+
+/* On a batch worker's thread (or at once when the create did not queue). */
+static void
+create_done(void *arg)
+{
+	struct create_ctx *c = arg;
+
+	http_resume(c->deferred);
+}
+
 static enum MHD_Result
 create_one(struct api *a, struct http_req *req, long long key)
 {
 	enum MHD_Result res;
-	struct links_err err;
-	json_t *body = body_json(req, &res), *out;
-	int created;
+	json_t *body = body_json(req, &res);
+	struct create_ctx *c;
+	int queued = 0;
 
 	if (body == NULL)
 		return res;
-	if (links_create(a->links, body, key, &out, &created, &err) < 0) {
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
 		json_decref(body);
-		return links_error(req, &err);
+		return http_error(req, 503, "internal", NULL, "out of memory");
 	}
-	json_decref(body);
-	return http_json(req, created ? 201 : 200, out);
+	c->body = body;
+	/* Suspended before the worker can finish it and resume it. */
+	if ((c->deferred = http_defer(req, create_resumed, c)) == NULL) {
+		/* The server is stopping: answer from this thread. */
+		struct links_err err;
+		json_t *out;
+		int created;
+
+		free(c);
+		if (links_create(a->links, body, key, &out, &created, &err) < 0) {
+			json_decref(body);
+			return links_error(req, &err);
+		}
+		json_decref(body);
+		return http_json(req, created ? 201 : 200, out);
+	}
+	c->pending = links_create_start(a->links, body, key, create_done, c, &queued);
+	if (!queued)
+		create_done(c);
+	return MHD_YES;
 }
 
 static enum MHD_Result

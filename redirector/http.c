@@ -5,6 +5,7 @@
 #include "log.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@ struct http_server {
 	http_handler handler;
 	void *ctx;
 	size_t max_body;
+	atomic_int deferred;  /* deferred requests not yet answered (or gone) */
+	atomic_int stopping;  /* http_stop began: no new deferrals */
 };
 
 /* Per-request state, created by the URI log callback and freed when the
@@ -28,8 +31,14 @@ struct reqstate {
 	int too_big;
 	int started;    /* the headers-only first call has been seen */
 	double start;
+	http_resume_fn resume_fn;  /* set while an answer is deferred */
+	void *resume_arg;
+	struct MHD_Connection *conn;
+	struct http_server *server;
 	char rawuri[];  /* in the same allocation */
 };
+
+/* A struct http_deferred * is the request's struct reqstate *. */
 
 double
 http_now(void)
@@ -67,6 +76,10 @@ completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	(void)toe;
 	if (st == NULL)
 		return;
+	if (st->resume_fn != NULL) {  /* deferred, but the connection went away */
+		st->resume_fn(st->resume_arg, NULL);
+		atomic_fetch_sub(&st->server->deferred, 1);
+	}
 	free(st->body);
 	free(st);
 	*req_cls = NULL;
@@ -266,6 +279,7 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 		return MHD_YES;
 	}
 	memset(&req, 0, sizeof(req));
+	req.priv = st;
 	req.conn = conn;
 	req.method = method;
 	req.path = url;
@@ -277,10 +291,48 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	req.start = st->start;
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	req.peer = ci ? ci->client_addr : NULL;
+	if (st->resume_fn != NULL) {  /* resumed: the deferred answer */
+		http_resume_fn fn = st->resume_fn;
+		enum MHD_Result r;
+
+		st->resume_fn = NULL;
+		r = fn(st->resume_arg, &req);
+		atomic_fetch_sub(&s->deferred, 1);
+		return r;
+	}
 	if (st->too_big)
 		return http_error(&req, 413, "body_too_large", NULL,
 		    "request body is larger than %zu bytes", s->max_body);
+	st->conn = conn;
+	st->server = s;
 	return s->handler(s->ctx, &req);
+}
+
+struct http_deferred *
+http_defer(struct http_req *req, http_resume_fn fn, void *arg)
+{
+	struct reqstate *st = req->priv;
+
+	/* Counted before stopping is read, as http_stop sets stopping before
+	 * it reads the count: either it waits for this one or we see it. */
+	atomic_fetch_add(&st->server->deferred, 1);
+	if (atomic_load(&st->server->stopping)) {
+		atomic_fetch_sub(&st->server->deferred, 1);
+		return NULL;
+	}
+	st->resume_fn = fn;
+	st->resume_arg = arg;
+	MHD_suspend_connection(st->conn);
+	return (struct http_deferred *)(void *)st;
+}
+
+void
+http_resume(struct http_deferred *d)
+{
+	struct reqstate *st = (struct reqstate *)(void *)d;
+
+	/* After this the connection's thread may answer and free st at once. */
+	MHD_resume_connection(st->conn);
 }
 
 struct http_server *
@@ -339,6 +391,14 @@ http_stop(struct http_server *s)
 {
 	if (s == NULL)
 		return;
+	atomic_store(&s->stopping, 1);
+	/* Deferred requests are answered first (their workers still run):
+	 * libmicrohttpd must not stop with connections suspended. Past 30 s
+	 * (a create stuck that long) they are closed unanswered. */
+	for (int i = 0; i < 30000 && atomic_load(&s->deferred) > 0; i++)
+		usleep(1000);
+	if (atomic_load(&s->deferred) > 0)
+		log_warnx("http: stopping with %d requests still waiting", atomic_load(&s->deferred));
 	MHD_stop_daemon(s->d);
 	free(s);
 }

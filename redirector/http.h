@@ -19,7 +19,13 @@ struct http_req {
 	const struct sockaddr *peer;
 	double start;        /* monotonic seconds when the request arrived */
 	int status;          /* set by the responders */
+	void *priv;          /* http.c's per-request state */
 };
+
+/* Answers later: called on the connection's thread once http_resume ran,
+ * with the request rebuilt; it answers like a handler. req is NULL when the
+ * connection went away instead: then it only frees arg. */
+typedef enum MHD_Result (*http_resume_fn)(void *arg, struct http_req *req);
 
 /* Returns an MHD_Result from one of the responders below. */
 typedef enum MHD_Result (*http_handler)(void *ctx, struct http_req *req);
@@ -43,6 +49,16 @@ struct http_server *http_start(const struct http_conf *conf, http_handler handle
 void http_quiesce(struct http_server *s);
 /* Stops and frees. */
 void http_stop(struct http_server *s);
+
+/* From a handler that cannot answer without waiting: suspends the
+ * connection (no thread waits for it) and returns a token for http_resume;
+ * the handler then returns MHD_YES without answering. Once http_resume(token)
+ * ran, from any thread, fn(arg, req) answers on the connection's thread.
+ * http_stop waits for every deferred request to be answered; once it began,
+ * http_defer returns NULL and the handler must answer by itself. */
+struct http_deferred;
+struct http_deferred *http_defer(struct http_req *req, http_resume_fn fn, void *arg);
+void http_resume(struct http_deferred *d);
 
 /* Request header value or NULL (libmicrohttpd owns it). */
 const char *http_header(struct http_req *req, const char *name);

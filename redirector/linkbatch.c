@@ -708,7 +708,7 @@ worker(void *arg)
 		pthread_mutex_unlock(&b->mu);
 		linkbatch_run(b->L, items, n);
 		for (size_t i = 0; i < n; i++)
-			sem_post(items[i]->done); /* wakes exactly that submitter */
+			items[i]->done(items[i]->done_arg); /* items[i] may be gone after */
 		pthread_mutex_lock(&b->mu);
 	}
 	pthread_mutex_unlock(&b->mu);
@@ -757,6 +757,26 @@ linkbatch_free(struct linkbatch *b)
 	free(b);
 }
 
+void
+linkbatch_enqueue(struct linkbatch *b, struct linkbatch_item *it)
+{
+	it->next = NULL;
+	pthread_mutex_lock(&b->mu);
+	if (b->tail != NULL)
+		b->tail->next = it;
+	else
+		b->head = it;
+	b->tail = it;
+	pthread_cond_signal(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+}
+
+static void
+post_done(void *arg)
+{
+	sem_post(arg); /* wakes exactly that submitter */
+}
+
 int
 linkbatch_submit(struct linkbatch *b, struct fields *f, long long key_id, json_t **out,
                  int *created, struct links_err *err)
@@ -769,15 +789,9 @@ linkbatch_submit(struct linkbatch *b, struct fields *f, long long key_id, json_t
 	it.key_id = key_id;
 	if (sem_init(&done, 0, 0) != 0)
 		return links_create_fields(b->L, f, key_id, out, created, err);
-	it.done = &done;
-	pthread_mutex_lock(&b->mu);
-	if (b->tail != NULL)
-		b->tail->next = &it;
-	else
-		b->head = &it;
-	b->tail = &it;
-	pthread_cond_signal(&b->cv);
-	pthread_mutex_unlock(&b->mu);
+	it.done = post_done;
+	it.done_arg = &done;
+	linkbatch_enqueue(b, &it);
 	while (sem_wait(&done) != 0)
 		; /* EINTR */
 	sem_destroy(&done);

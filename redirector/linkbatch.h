@@ -25,7 +25,9 @@ struct linkbatch_item {
 	int dedupe, dup_of, state;
 	int src;                   /* where code came from (SRC_* in linkbatch.c) */
 	struct linkbatch_item *next;
-	sem_t *done;               /* posted when a queued item is finished */
+	void (*done)(void *arg);   /* called by the worker when a queued item is
+	                            * finished; the item may be freed by then */
+	void *done_arg;
 };
 
 struct linkbatch;
@@ -39,6 +41,11 @@ void linkbatch_free(struct linkbatch *b);
 
 /* 1 when f can take the set-based path: random strategy at the pool's length. */
 int linkbatch_eligible(const struct links *L, const struct fields *f);
+
+/* Queues it (f, key_id, done and done_arg set; the rest zeroed) for a
+ * worker, which runs it with others and then calls done(done_arg) from its
+ * thread. it and it->f are borrowed until then. */
+void linkbatch_enqueue(struct linkbatch *b, struct linkbatch_item *it);
 
 /* Queues one create and waits for a worker to run it with others. Same
  * contract as links_create_fields (f borrowed; *out owned by the caller). */

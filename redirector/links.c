@@ -661,6 +661,68 @@ links_create(struct links *L, json_t *req, long long key_id, json_t **out, int *
 	return rc;
 }
 
+struct links_pending {
+	struct fields f;
+	struct linkbatch_item it;  /* the result when queued */
+	int queued;
+	int rc;                    /* the result when not queued */
+	json_t *out;               /* owned until taken */
+	int created;
+	struct links_err err;
+};
+
+struct links_pending *
+links_create_start(struct links *L, json_t *req, long long key_id, void (*done)(void *arg),
+                   void *arg, int *queued)
+{
+	struct links_pending *p = calloc(1, sizeof(*p));
+
+	*queued = 0;
+	if (p == NULL)
+		return NULL;
+	if (links_parse_fields(L, req, 0, &p->f, &p->err) < 0) {
+		p->rc = -1;
+		return p;
+	}
+	if (!p->f.has_redirect)
+		snprintf(p->f.redirect_type, sizeof(p->f.redirect_type), "302");
+	if (L->batch != NULL && linkbatch_eligible(L, &p->f)) {
+		p->it.f = &p->f;
+		p->it.key_id = key_id;
+		p->it.done = done;
+		p->it.done_arg = arg;
+		p->queued = *queued = 1;
+		linkbatch_enqueue(L->batch, &p->it);
+		return p;
+	}
+	p->rc = links_create_fields(L, &p->f, key_id, &p->out, &p->created, &p->err);
+	return p;
+}
+
+int
+links_pending_result(struct links_pending *p, json_t **out, int *created, struct links_err *err)
+{
+	int rc = p->queued ? p->it.rc : p->rc;
+
+	*out = p->queued ? p->it.out : p->out;
+	*created = p->queued ? p->it.created : p->created;
+	if (rc < 0)
+		*err = p->queued ? p->it.err : p->err;
+	p->it.out = p->out = NULL;
+	return rc;
+}
+
+void
+links_pending_free(struct links_pending *p)
+{
+	if (p == NULL)
+		return;
+	json_decref(p->it.out);
+	json_decref(p->out);
+	free(p->f.tags);
+	free(p);
+}
+
 void
 links_create_bulk(struct links *L, json_t *items, long long key_id, struct links_result *res)
 {

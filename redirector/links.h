@@ -41,6 +41,22 @@ struct links *links_new(const struct links_conf *conf, struct pgpool *pg, struct
                         struct bloom *bloom, struct pool *pool, char *errstr, size_t errstr_size);
 void links_free(struct links *L);
 
+/* A create that may wait for a batch worker without holding a thread. */
+struct links_pending;
+
+/* Validates req (borrowed until links_pending_free) and starts the create.
+ * Returns NULL when out of memory, else a pending create (caller frees with
+ * links_pending_free once its result is taken) and sets *queued: 1 when a
+ * batch worker runs it and then calls done(arg) from its thread, 0 when its
+ * result is ready now (done is not called). */
+struct links_pending *links_create_start(struct links *L, json_t *req, long long key_id,
+                                         void (*done)(void *arg), void *arg, int *queued);
+/* The result of a finished create, as links_create returns it; *out (owned
+ * by the caller on success) can be taken once. */
+int links_pending_result(struct links_pending *p, json_t **out, int *created,
+                         struct links_err *err);
+void links_pending_free(struct links_pending *p);
+
 /* Creates a link from a JSON request object (borrowed). On success *out is
  * the link JSON (caller owns) and *created is 1 for a new link, 0 for an
  * existing one returned by dedupe. Returns 0, or -1 with err filled. */

@@ -120,7 +120,7 @@ def bench_api(bin_dir, work):
     red = lpstack.program("redirector", work, {
         "pg_dsn": pg.dsn, "redis_url": redis.url, "listen_port": port, "kafka_bootstrap": "",
         "base_url": "http://s.bench", "log_level": "warn", "pg_pool_size": 32,
-        "http_threads": 64, "spool_dir": os.path.join(work, "spool")}).start()
+        "spool_dir": os.path.join(work, "spool")}).start()
     try:
         lpstack.wait_port(port, proc=red.proc, what="redirector")
         key = subprocess.run([os.path.join(bin_dir, "redirector"), "-o", f"pg_dsn={pg.dsn}",

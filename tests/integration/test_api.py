@@ -3,7 +3,10 @@ the three code strategies, validation rules, and creation with Redis down."""
 import concurrent.futures
 import json
 import os
+import signal
 import subprocess
+import threading
+import time
 
 import pytest
 import requests
@@ -289,6 +292,68 @@ def test_concurrent_singles_batched(api):
     assert n == int(api.pg.psql("SELECT count(DISTINCT code) FROM url_link"))
     assert n >= 480 + 1
 
+
+
+def test_singles_do_not_hold_http_threads(procs, pg, redis):
+    """A queued single create suspends its connection instead of blocking an
+    HTTP thread. With 2 HTTP threads, 16 clients creating at once while
+    url_link is locked all get into the queue, so their links come from a few
+    transactions (rows sharing an xmin), not one or two at a time. Then
+    SIGTERM in the middle of a create stream answers every create already
+    received before the process exits 0: each 201 names a stored link,
+    nothing answers 5xx."""
+    api = start_redirector(procs, pg, redis, {"http_threads": 2})
+    lock = subprocess.Popen(["psql", "-X", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres",
+                             "-d", pg.dbname, "-c", "BEGIN; LOCK TABLE url_link IN EXCLUSIVE MODE; "
+                             "SELECT pg_sleep(2); COMMIT;"], stdout=subprocess.DEVNULL)
+    while pg.psql("SELECT count(*) FROM pg_locks WHERE relation = 'url_link'::regclass "
+                  "AND mode = 'ExclusiveLock' AND granted") != "1":
+        time.sleep(0.02)
+
+    def single(i):
+        r = requests.post(api.base + "/api/v1/links", data=json.dumps({"url": f"https://held.example/{i}"}),
+                          headers={"Authorization": f"Bearer {api.key}"}, timeout=30)
+        assert r.status_code == 201, r.text
+        return r.json()["code"]
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        codes = list(ex.map(single, range(16)))
+    assert lock.wait(10) == 0
+    in_list = ",".join(f"'{c}'" for c in codes)
+    xacts = int(pg.psql(f"SELECT count(DISTINCT xmin::text) FROM url_link WHERE code IN ({in_list})"))
+    assert xacts <= 6, xacts  # blocked HTTP threads: at most 2 in flight, >= 8
+
+    stop = threading.Event()
+
+    def stream(i):
+        s = requests.Session()
+        got = []
+        j = 0
+        while not stop.is_set() or j < 30:
+            try:
+                r = s.post(api.base + "/api/v1/links", timeout=30,
+                           data=json.dumps({"url": f"https://held.example/{i}/{j}"}),
+                           headers={"Authorization": f"Bearer {api.key}"})
+            except requests.ConnectionError:
+                assert stop.is_set()  # refused or closed only once stopping
+                break
+            got.append((r.status_code, r.json().get("code")))
+            j += 1
+        return got
+
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        futs = [ex.submit(stream, i) for i in range(16)]
+        while int(pg.psql("SELECT count(*) FROM url_link")) < 400:
+            time.sleep(0.05)
+        stop.set()
+        api.proc.send_signal(signal.SIGTERM)
+        got = [x for f in futs for x in f.result()]
+    rc = api.proc.proc.wait(30)
+    assert rc == 0, api.proc.output()[-3000:]
+    assert got and all(st == 201 for st, _ in got), {st for st, _ in got}
+    codes = [c for _, c in got]
+    stored = int(pg.psql("SELECT count(*) FROM url_link WHERE code IN (%s)"
+                         % ",".join(f"'{c}'" for c in codes)))
+    assert stored == len(codes) == len(set(codes))
 
 def test_resolve(api):
     a = api.create(url="https://example.com/r1").json()["code"]
