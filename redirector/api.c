@@ -4,6 +4,8 @@
 #include "apikey.h"
 #include "log.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,13 +131,89 @@ create_one(struct api *a, struct http_req *req, long long key)
 	return MHD_YES;
 }
 
+/* A bulk create runs off the HTTP threads: it waits on Redis and PostgreSQL
+ * for tens of ms, which would hold up every connection its thread serves.
+ * Each runs on a thread of its own, at most API_BULK_THREADS at once (past
+ * that, on the HTTP thread as before). */
+#define API_BULK_THREADS 16
+
+static atomic_int bulk_threads;
+
+struct bulk_ctx {
+	struct api *a;
+	json_t *body;                   /* owned */
+	long long key;
+	json_t *out;                    /* owned: the answer's body once done */
+	struct http_deferred *deferred;
+};
+
+/* Creates the links and builds the answer's body. */
+static void
+bulk_work(struct bulk_ctx *c)
+{
+	json_t *items = json_object_get(c->body, "links"), *results;
+	size_t i, n = json_array_size(items);
+	struct links_result *res_v = calloc(n, sizeof(*res_v));
+
+	if (res_v == NULL)
+		return; /* c->out NULL: 503 */
+	links_create_bulk(c->a->links, items, c->key, res_v);
+	results = json_array();
+	for (i = 0; i < n; i++) {
+		if (res_v[i].rc < 0) {
+			json_t *e = err_json(&res_v[i].err);
+
+			json_object_set_new(e, "index", json_integer((json_int_t)i));
+			json_array_append_new(results, json_pack("{s:i, s:o}", "status",
+			    res_v[i].err.status, "error", e));
+		} else {
+			json_array_append_new(results, json_pack("{s:i, s:o}", "status",
+			    res_v[i].created ? 201 : 200, "link", res_v[i].link));
+		}
+	}
+	free(res_v);
+	c->out = json_pack("{s:o}", "results", results);
+}
+
+/* Answers (req NULL: the client went away) and frees c. */
+static enum MHD_Result
+bulk_resumed(void *arg, struct http_req *req)
+{
+	struct bulk_ctx *c = arg;
+	json_t *out = c->out;
+	enum MHD_Result r = MHD_NO;
+
+	json_decref(c->body);
+	free(c);
+	if (req == NULL)
+		json_decref(out);
+	else if (out == NULL)
+		r = http_error(req, 503, "internal", NULL, "out of memory");
+	else
+		r = http_json(req, 200, out);
+	return r;
+}
+
+static void *
+bulk_thread(void *arg)
+{
+	struct bulk_ctx *c = arg;
+
+	bulk_work(c);
+	atomic_fetch_sub(&bulk_threads, 1);
+	http_resume(c->deferred); /* c may be gone after this */
+	return NULL;
+}
+
 static enum MHD_Result
 create_bulk(struct api *a, struct http_req *req, long long key)
 {
 	enum MHD_Result res;
-	json_t *body = body_json(req, &res), *items, *results;
-	struct links_result *res_v;
-	size_t i;
+	json_t *body = body_json(req, &res), *items;
+	struct bulk_ctx *c;
+	pthread_attr_t attr;
+	pthread_t t;
+	int started;
 
 	if (body == NULL)
 		return res;
@@ -152,27 +230,28 @@ create_bulk(struct api *a, struct http_req *req, long long key)
 		return http_error(req, n ? 413 : 400, "invalid_field", "links",
 		    "links must hold 1 to %d items, not %zu", API_MAX_BATCH, n);
 	}
-	if ((res_v = calloc(json_array_size(items), sizeof(*res_v))) == NULL) {
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
 		json_decref(body);
 		return http_error(req, 503, "internal", NULL, "out of memory");
 	}
-	links_create_bulk(a->links, items, key, res_v);
-	results = json_array();
-	for (i = 0; i < json_array_size(items); i++) {
-		if (res_v[i].rc < 0) {
-			json_t *e = err_json(&res_v[i].err);
-
-			json_object_set_new(e, "index", json_integer((json_int_t)i));
-			json_array_append_new(results, json_pack("{s:i, s:o}", "status",
-			    res_v[i].err.status, "error", e));
-		} else {
-			json_array_append_new(results, json_pack("{s:i, s:o}", "status",
-			    res_v[i].created ? 201 : 200, "link", res_v[i].link));
+	c->a = a;
+	c->body = body;
+	c->key = key;
+	if (atomic_fetch_add(&bulk_threads, 1) < API_BULK_THREADS &&
+	    (c->deferred = http_defer(req, bulk_resumed, c)) != NULL) {
+		started = pthread_attr_init(&attr) == 0;
+		if (started) {
+			pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+			started = pthread_create(&t, &attr, bulk_thread, c) == 0;
+			pthread_attr_destroy(&attr);
 		}
+		if (!started)  /* no thread: work here, answer once resumed */
+			bulk_thread(c);
+		return MHD_YES;
 	}
-	free(res_v);
-	json_decref(body);
-	return http_json(req, 200, json_pack("{s:o}", "results", results));
+	atomic_fetch_sub(&bulk_threads, 1);
+	bulk_work(c);
+	return bulk_resumed(c, req);
 }
 
 static enum MHD_Result
