@@ -110,22 +110,13 @@ create_one(struct api *a, struct http_req *req, long long key)
 		return http_error(req, 503, "internal", NULL, "out of memory");
 	}
 	c->body = body;
-	/* Suspended before the worker can finish it and resume it. */
-	if ((c->deferred = http_defer(req, create_resumed, c)) == NULL) {
-		/* The server is stopping: answer from this thread. */
-		struct links_err err;
-		json_t *out;
-		int created;
-
-		free(c);
-		if (links_create(a->links, body, key, &out, &created, &err) < 0) {
-			json_decref(body);
-			return links_error(req, &err);
-		}
-		json_decref(body);
-		return http_json(req, created ? 201 : 200, out);
-	}
-	c->pending = links_create_start(a->links, body, key, create_done, c, &queued);
+	/* Suspended before the worker can finish it and resume it; not when the
+	 * server is stopping: then the create runs and answers on this thread. */
+	c->deferred = http_defer(req, create_resumed, c);
+	c->pending = links_create_start(a->links, body, key, c->deferred ? create_done : NULL, c,
+	    &queued);
+	if (c->deferred == NULL)
+		return create_resumed(c, req);
 	if (!queued)
 		create_done(c);
 	return MHD_YES;
@@ -211,9 +202,7 @@ create_bulk(struct api *a, struct http_req *req, long long key)
 	enum MHD_Result res;
 	json_t *body = body_json(req, &res), *items;
 	struct bulk_ctx *c;
-	pthread_attr_t attr;
 	pthread_t t;
-	int started;
 
 	if (body == NULL)
 		return res;
@@ -239,13 +228,9 @@ create_bulk(struct api *a, struct http_req *req, long long key)
 	c->key = key;
 	if (atomic_fetch_add(&bulk_threads, 1) < API_BULK_THREADS &&
 	    (c->deferred = http_defer(req, bulk_resumed, c)) != NULL) {
-		started = pthread_attr_init(&attr) == 0;
-		if (started) {
-			pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-			started = pthread_create(&t, &attr, bulk_thread, c) == 0;
-			pthread_attr_destroy(&attr);
-		}
-		if (!started)  /* no thread: work here, answer once resumed */
+		if (pthread_create(&t, NULL, bulk_thread, c) == 0)
+			pthread_detach(t);
+		else  /* no thread: work here, answer once resumed */
 			bulk_thread(c);
 		return MHD_YES;
 	}

@@ -33,7 +33,7 @@ struct reqstate {
 	double start;
 	http_resume_fn resume_fn;  /* set while an answer is deferred */
 	void *resume_arg;
-	struct MHD_Connection *conn;
+	struct MHD_Connection *conn;   /* its connection (for suspend/resume) */
 	struct http_server *server;
 	char rawuri[];  /* in the same allocation */
 };
@@ -55,13 +55,13 @@ uri_logger(void *cls, const char *uri, struct MHD_Connection *conn)
 	size_t n = strlen(uri ? uri : "/") + 1;
 	struct reqstate *st = malloc(sizeof(*st) + n);
 
-	(void)cls;
-	(void)conn;
 	if (st == NULL)
 		return NULL;
 	memset(st, 0, sizeof(*st));
 	memcpy(st->rawuri, uri ? uri : "/", n);
 	st->start = http_now();
+	st->conn = conn;
+	st->server = cls;
 	return st;
 }
 
@@ -303,8 +303,6 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	if (st->too_big)
 		return http_error(&req, 413, "body_too_large", NULL,
 		    "request body is larger than %zu bytes", s->max_body);
-	st->conn = conn;
-	st->server = s;
 	return s->handler(s->ctx, &req);
 }
 
@@ -365,7 +363,7 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)conf->max_connections,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conf->timeout_s,
 	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, conf->max_header,
-	    MHD_OPTION_URI_LOG_CALLBACK, uri_logger, NULL,
+	    MHD_OPTION_URI_LOG_CALLBACK, uri_logger, s,
 	    MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
 	    MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 	    MHD_OPTION_END);

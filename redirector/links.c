@@ -638,37 +638,10 @@ links_length_of(const struct links *L, const struct fields *f)
 	return f->length ? f->length : L->default_length;
 }
 
-int
-links_create(struct links *L, json_t *req, long long key_id, json_t **out, int *created,
-             struct links_err *err)
-{
-	struct fields f;
-	int rc;
-
-	*out = NULL;
-	*created = 0;
-	if (links_parse_fields(L, req, 0, &f, err) < 0) {
-		free(f.tags);
-		return -1;
-	}
-	if (!f.has_redirect)
-		snprintf(f.redirect_type, sizeof(f.redirect_type), "302");
-	if (L->batch != NULL && linkbatch_eligible(L, &f))
-		rc = linkbatch_submit(L->batch, &f, key_id, out, created, err);
-	else
-		rc = links_create_fields(L, &f, key_id, out, created, err);
-	free(f.tags);
-	return rc;
-}
-
 struct links_pending {
 	struct fields f;
-	struct linkbatch_item it;  /* the result when queued */
-	int queued;
-	int rc;                    /* the result when not queued */
-	json_t *out;               /* owned until taken */
-	int created;
-	struct links_err err;
+	struct linkbatch_item it;  /* its rc, out (owned until taken), created
+	                            * and err are the result, queued or not */
 };
 
 struct links_pending *
@@ -680,36 +653,39 @@ links_create_start(struct links *L, json_t *req, long long key_id, void (*done)(
 	*queued = 0;
 	if (p == NULL)
 		return NULL;
-	if (links_parse_fields(L, req, 0, &p->f, &p->err) < 0) {
-		p->rc = -1;
+	if (links_parse_fields(L, req, 0, &p->f, &p->it.err) < 0) {
+		p->it.rc = -1;
 		return p;
 	}
 	if (!p->f.has_redirect)
 		snprintf(p->f.redirect_type, sizeof(p->f.redirect_type), "302");
 	if (L->batch != NULL && linkbatch_eligible(L, &p->f)) {
+		if (done == NULL) {
+			p->it.rc = linkbatch_submit(L->batch, &p->f, key_id, &p->it.out,
+			    &p->it.created, &p->it.err);
+			return p;
+		}
 		p->it.f = &p->f;
 		p->it.key_id = key_id;
 		p->it.done = done;
 		p->it.done_arg = arg;
-		p->queued = *queued = 1;
+		*queued = 1;
 		linkbatch_enqueue(L->batch, &p->it);
 		return p;
 	}
-	p->rc = links_create_fields(L, &p->f, key_id, &p->out, &p->created, &p->err);
+	p->it.rc = links_create_fields(L, &p->f, key_id, &p->it.out, &p->it.created, &p->it.err);
 	return p;
 }
 
 int
 links_pending_result(struct links_pending *p, json_t **out, int *created, struct links_err *err)
 {
-	int rc = p->queued ? p->it.rc : p->rc;
-
-	*out = p->queued ? p->it.out : p->out;
-	*created = p->queued ? p->it.created : p->created;
-	if (rc < 0)
-		*err = p->queued ? p->it.err : p->err;
-	p->it.out = p->out = NULL;
-	return rc;
+	*out = p->it.out;
+	*created = p->it.created;
+	if (p->it.rc < 0)
+		*err = p->it.err;
+	p->it.out = NULL;
+	return p->it.rc;
 }
 
 void
@@ -718,7 +694,6 @@ links_pending_free(struct links_pending *p)
 	if (p == NULL)
 		return;
 	json_decref(p->it.out);
-	json_decref(p->out);
 	free(p->f.tags);
 	free(p);
 }

@@ -44,24 +44,20 @@ void links_free(struct links *L);
 /* A create that may wait for a batch worker without holding a thread. */
 struct links_pending;
 
-/* Validates req (borrowed until links_pending_free) and starts the create.
- * Returns NULL when out of memory, else a pending create (caller frees with
- * links_pending_free once its result is taken) and sets *queued: 1 when a
- * batch worker runs it and then calls done(arg) from its thread, 0 when its
- * result is ready now (done is not called). */
+/* Creates a link from a JSON request object (borrowed until
+ * links_pending_free). Returns NULL when out of memory, else a pending
+ * create (caller frees with links_pending_free once its result is taken) and
+ * sets *queued: 1 when a batch worker runs it and then calls done(arg) from
+ * its thread, 0 when its result is ready now (done is not called). With done
+ * NULL it never queues: a batched create is waited for here. */
 struct links_pending *links_create_start(struct links *L, json_t *req, long long key_id,
                                          void (*done)(void *arg), void *arg, int *queued);
-/* The result of a finished create, as links_create returns it; *out (owned
- * by the caller on success) can be taken once. */
+/* The result of a finished create: 0 with *out the link JSON (caller owns;
+ * taken once) and *created 1 for a new link, 0 for an existing one returned
+ * by dedupe; or -1 with *err filled. */
 int links_pending_result(struct links_pending *p, json_t **out, int *created,
                          struct links_err *err);
 void links_pending_free(struct links_pending *p);
-
-/* Creates a link from a JSON request object (borrowed). On success *out is
- * the link JSON (caller owns) and *created is 1 for a new link, 0 for an
- * existing one returned by dedupe. Returns 0, or -1 with err filled. */
-int links_create(struct links *L, json_t *req, long long key_id, json_t **out, int *created,
-                 struct links_err *err);
 
 /* One item's outcome in a bulk create. */
 struct links_result {
