@@ -18,7 +18,9 @@
 
 struct events {
 	rd_kafka_t *rk;
-	char *topic;
+	rd_kafka_topic_t *rkt;      /* the visits topic, made once: producev by
+	                             * name would look it up under the client's
+	                             * write lock on every event */
 	struct spool *spool;
 	int shutdown_flush_ms;
 	int message_timeout_ms;
@@ -380,7 +382,7 @@ events_publish(struct events *ev, const struct events_visit *v)
 	} else {
 		/* F_COPY: librdkafka copies the value into the message's own
 		 * allocation, so l->buf is reused at once. */
-		err = rd_kafka_producev(ev->rk, RD_KAFKA_V_TOPIC(ev->topic),
+		err = rd_kafka_producev(ev->rk, RD_KAFKA_V_RKT(ev->rkt),
 		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(v->code, klen),
 		    RD_KAFKA_V_VALUE(l->buf, n), RD_KAFKA_V_OPAQUE(NULL), RD_KAFKA_V_END);
 	}
@@ -395,16 +397,6 @@ events_publish(struct events *ev, const struct events_visit *v)
 }
 
 /* ------------------------------------------------------------ threads */
-
-static void *
-poller_main(void *arg)
-{
-	struct events *ev = arg;
-
-	while (atomic_load(&ev->running))
-		rd_kafka_poll(ev->rk, 100);
-	return NULL;
-}
 
 /* Sleeps up to ms unless events_close wakes us. */
 static void
@@ -422,6 +414,23 @@ nap(struct events *ev, int ms)
 	pthread_mutex_unlock(&ev->mtx);
 }
 
+/* Serves delivery reports every POLL_MS. Blocking in rd_kafka_poll would
+ * wake this thread for every produce response (one per partition batch);
+ * a report waiting up to POLL_MS only delays a counter or a spool write. */
+#define POLL_MS 50
+
+static void *
+poller_main(void *arg)
+{
+	struct events *ev = arg;
+
+	while (atomic_load(&ev->running)) {
+		rd_kafka_poll(ev->rk, 0);
+		nap(ev, POLL_MS);
+	}
+	return NULL;
+}
+
 static int
 replay_record(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
 {
@@ -432,7 +441,7 @@ replay_record(void *ctx, const char *key, size_t klen, const char *val, size_t v
 		if (!atomic_load(&ev->running) || atomic_load(&ev->fatal))
 			return 1;
 		atomic_fetch_add(&ev->replay_outstanding, 1);
-		err = rd_kafka_producev(ev->rk, RD_KAFKA_V_TOPIC(ev->topic),
+		err = rd_kafka_producev(ev->rk, RD_KAFKA_V_RKT(ev->rkt),
 		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(key, klen),
 		    RD_KAFKA_V_VALUE((void *)(uintptr_t)val, vlen), RD_KAFKA_V_OPAQUE(&replay_tag),
 		    RD_KAFKA_V_END);
@@ -502,8 +511,7 @@ events_new(const struct events_conf *conf, char *errstr, size_t errstr_size)
 	struct events *ev = calloc(1, sizeof(*ev));
 	struct spool_conf sc;
 
-	if (ev == NULL || (ev->topic = strdup(conf->topic)) == NULL) {
-		free(ev);
+	if (ev == NULL) {
 		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
@@ -524,6 +532,12 @@ events_new(const struct events_conf *conf, char *errstr, size_t errstr_size)
 	sc.fsync_ms = conf->spool_fsync_ms;
 	if ((ev->spool = spool_open(&sc, errstr, errstr_size)) == NULL ||
 	    (ev->rk = make_producer(ev, conf, errstr, errstr_size)) == NULL) {
+		events_close(ev);
+		return NULL;
+	}
+	if ((ev->rkt = rd_kafka_topic_new(ev->rk, conf->topic, NULL)) == NULL) {
+		errstr_set(errstr, errstr_size, "kafka topic %s: %s", conf->topic,
+		    rd_kafka_err2str(rd_kafka_last_error()));
 		events_close(ev);
 		return NULL;
 	}
@@ -582,6 +596,8 @@ events_close(struct events *ev)
 		    (unsigned long long)st.delivered, (unsigned long long)st.failed,
 		    (unsigned long long)st.spooled, (unsigned long long)st.replayed,
 		    (unsigned long long)st.spool_dropped, (unsigned long long)st.spool_bytes);
+		if (ev->rkt != NULL)
+			rd_kafka_topic_destroy(ev->rkt);
 		rd_kafka_destroy(ev->rk);
 	}
 	spool_close(ev->spool);
@@ -598,7 +614,6 @@ events_close(struct events *ev)
 	pthread_mutex_destroy(&ev->locals_mtx);
 	pthread_cond_destroy(&ev->cond);
 	pthread_mutex_destroy(&ev->mtx);
-	free(ev->topic);
 	free(ev);
 }
 

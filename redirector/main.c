@@ -124,7 +124,7 @@ static const struct cfg_opt redirector_tab[] = {
 	  "how long an unknown code is remembered as unknown" },
 	{ "worker_id", CFG_INT, "0", 0, 1023, NULL, OFF(worker_id), 0,
 	  "event id worker number: unique per redirector process sharing a topic" },
-	{ "kafka_linger_ms", CFG_INT, "50", 0, 60000, NULL, OFF(kafka_linger_ms), 0,
+	{ "kafka_linger_ms", CFG_INT, "200", 0, 60000, NULL, OFF(kafka_linger_ms), 0,
 	  "linger.ms: how long events wait to be batched" },
 	{ "kafka_queue_max_messages", CFG_INT, "100000", 1, 10000000, NULL, OFF(kafka_queue_max_messages), 0,
 	  "librdkafka queue size (queue.buffering.max.messages); beyond it events go to the spool" },
