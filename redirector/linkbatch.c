@@ -777,27 +777,20 @@ post_done(void *arg)
 	sem_post(arg); /* wakes exactly that submitter */
 }
 
-int
-linkbatch_submit(struct linkbatch *b, struct fields *f, long long key_id, json_t **out,
-                 int *created, struct links_err *err)
+void
+linkbatch_wait(struct linkbatch *b, struct linkbatch_item *it)
 {
-	struct linkbatch_item it;
 	sem_t done;
 
-	memset(&it, 0, sizeof(it));
-	it.f = f;
-	it.key_id = key_id;
-	if (sem_init(&done, 0, 0) != 0)
-		return links_create_fields(b->L, f, key_id, out, created, err);
-	it.done = post_done;
-	it.done_arg = &done;
-	linkbatch_enqueue(b, &it);
+	if (sem_init(&done, 0, 0) != 0) {
+		it->rc = links_create_fields(b->L, it->f, it->key_id, &it->out, &it->created,
+		    &it->err);
+		return;
+	}
+	it->done = post_done;
+	it->done_arg = &done;
+	linkbatch_enqueue(b, it);
 	while (sem_wait(&done) != 0)
 		; /* EINTR */
 	sem_destroy(&done);
-	*out = it.out;
-	*created = it.created;
-	if (it.rc < 0)
-		*err = it.err;
-	return it.rc;
 }

@@ -47,10 +47,10 @@ int linkbatch_eligible(const struct links *L, const struct fields *f);
  * thread. it and it->f are borrowed until then. */
 void linkbatch_enqueue(struct linkbatch *b, struct linkbatch_item *it);
 
-/* Queues one create and waits for a worker to run it with others. Same
- * contract as links_create_fields (f borrowed; *out owned by the caller). */
-int linkbatch_submit(struct linkbatch *b, struct fields *f, long long key_id, json_t **out,
-                     int *created, struct links_err *err);
+/* Like linkbatch_enqueue (it->f and it->key_id set, done unset), then waits
+ * until a worker ran it with others; its rc, out (owned by the caller),
+ * created and err are then the result. */
+void linkbatch_wait(struct linkbatch *b, struct linkbatch_item *it);
 
 /* Runs n eligible items now in the caller's thread (bulk requests). */
 void linkbatch_run(struct links *L, struct linkbatch_item **items, size_t n);

@@ -659,21 +659,21 @@ links_create_start(struct links *L, json_t *req, long long key_id, void (*done)(
 	}
 	if (!p->f.has_redirect)
 		snprintf(p->f.redirect_type, sizeof(p->f.redirect_type), "302");
-	if (L->batch != NULL && linkbatch_eligible(L, &p->f)) {
-		if (done == NULL) {
-			p->it.rc = linkbatch_submit(L->batch, &p->f, key_id, &p->it.out,
-			    &p->it.created, &p->it.err);
-			return p;
-		}
-		p->it.f = &p->f;
-		p->it.key_id = key_id;
-		p->it.done = done;
-		p->it.done_arg = arg;
-		*queued = 1;
-		linkbatch_enqueue(L->batch, &p->it);
+	if (L->batch == NULL || !linkbatch_eligible(L, &p->f)) {
+		p->it.rc = links_create_fields(L, &p->f, key_id, &p->it.out, &p->it.created,
+		    &p->it.err);
 		return p;
 	}
-	p->it.rc = links_create_fields(L, &p->f, key_id, &p->it.out, &p->it.created, &p->it.err);
+	p->it.f = &p->f;
+	p->it.key_id = key_id;
+	if (done == NULL) {
+		linkbatch_wait(L->batch, &p->it);
+		return p;
+	}
+	p->it.done = done;
+	p->it.done_arg = arg;
+	*queued = 1;
+	linkbatch_enqueue(L->batch, &p->it);
 	return p;
 }
 

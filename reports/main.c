@@ -324,8 +324,9 @@ render_mem(struct writer *wr, const json_t *doc, const char *format, size_t *len
  * (a refresh), the two are swapped atomically (renameat2 RENAME_EXCHANGE) and
  * tmp, now the previous report, stays for the next run to write over: a
  * refresh then neither allocates nor frees an inode (ext4 without a journal
- * rescans the inodes freed in the last 30 s on every allocation, so replacing
- * 10,000 files by rename cost seconds of system time) and never truncates a
+ * skips, rescanning them on every allocation, the inodes freed in the last
+ * minute, six while their table block is unwritten: replacing 10,000 files
+ * by rename cost seconds of system time) and never truncates a
  * file to zero (ext4 then writes it back synchronously at close). Otherwise,
  * or where the file system cannot swap, a rename. Returns 0 or -1 (errno). */
 static int
