@@ -15,17 +15,26 @@ from test_ingest import (EventGen, assert_rollups, counts, produce, producer, st
 class Stream(threading.Thread):
     """Produces n events at about rate per second in the background."""
 
-    def __init__(self, bootstrap, topic, events, rate):
+    def __init__(self, bootstrap, topic, events, rate, hold_after=None):
         super().__init__(daemon=True)
         self.bootstrap, self.topic, self.events, self.rate = bootstrap, topic, events, rate
         self.error = None
         self.sent = 0
+        # after hold_after events the stream waits for release(): "mid-stream"
+        # then holds however fast the consumer catches up
+        self.hold_after = hold_after
+        self.gate = threading.Event()
+
+    def release(self):
+        self.gate.set()
 
     def run(self):
         try:
             p = producer(self.bootstrap)
             chunk = max(1, self.rate // 10)
             for i in range(0, len(self.events), chunk):
+                if self.hold_after is not None and i >= self.hold_after:
+                    self.gate.wait()
                 produce(self.bootstrap, self.topic, self.events[i:i + chunk], prod=p)
                 self.sent += len(self.events[i:i + chunk])
                 time.sleep(0.1)
@@ -47,11 +56,14 @@ def test_sigkill_mid_batch_and_restart(procs, pg, broker):
     events = [gen.event() for _ in range(4000)]
     replays = events[100:300]  # also replayed later, across the restart
     ing = start_ingest(procs, pg, broker, batch_max_events=300, batch_max_ms=1000)
-    s = Stream(broker.bootstrap, broker.topic, events, rate=800)
+    # held after 1,200 events until the kill, so it lands mid-stream however
+    # late ingest joins its group
+    s = Stream(broker.bootstrap, broker.topic, events, rate=800, hold_after=1200)
     s.start()
     wait_rows_at_least(pg, 600)
     ing.send_signal(signal.SIGKILL)
     ing.proc.wait()
+    s.release()
     ing.expect_failure = True
     loaded_before = counts(pg)[0]
     assert 0 < loaded_before < len(events)
