@@ -98,6 +98,9 @@ class Postgres:
                 "-c max_connections=200 -c shared_buffers=256MB")
         if self.fast:
             opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        # Development: LP_PG_OPTS="-c huge_pages=on ..." adds server options.
+        if os.environ.get("LP_PG_OPTS"):
+            opts += " " + os.environ["LP_PG_OPTS"]
         subprocess.run(_as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.datadir, "-l", self.logfile,
                                      "-o", opts, "-w", "-t", "60", "start"]),
                        check=True, stdout=subprocess.DEVNULL)
