@@ -18,6 +18,9 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("LP_BIN", os.path.join(ROOT, "build/rel/bin"))
 SANITIZE = os.environ.get("LP_SANITIZE") == "1"
+# Development: extra server options for every cluster started here, e.g.
+# LP_PG_OPTS="-c huge_pages=on" (needs vm.nr_hugepages reserved).
+PG_OPTS = os.environ.get("LP_PG_OPTS", "")
 PG_BIN = "/usr/lib/postgresql/15/bin"
 IS_ROOT = os.geteuid() == 0
 
@@ -98,9 +101,8 @@ class Postgres:
                 "-c max_connections=200 -c shared_buffers=256MB")
         if self.fast:
             opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        # Development: LP_PG_OPTS="-c huge_pages=on ..." adds server options.
-        if os.environ.get("LP_PG_OPTS"):
-            opts += " " + os.environ["LP_PG_OPTS"]
+        if PG_OPTS:
+            opts += " " + PG_OPTS
         subprocess.run(_as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.datadir, "-l", self.logfile,
                                      "-o", opts, "-w", "-t", "60", "start"]),
                        check=True, stdout=subprocess.DEVNULL)
