@@ -22,6 +22,10 @@ SANITIZE = os.environ.get("LP_SANITIZE") == "1"
 # LP_PG_OPTS="-c huge_pages=on" (needs vm.nr_hugepages reserved).
 PG_OPTS = os.environ.get("LP_PG_OPTS", "")
 PG_BIN = "/usr/lib/postgresql/15/bin"
+# hll.so preloaded into the postmaster when the extension is installed: every
+# backend then inherits it mapped and initialised instead of loading it at its
+# first hll call (a report over a new connection: 4-10 ms less here).
+HLL_SO = os.path.join(os.path.dirname(PG_BIN), "lib", "hll.so")
 IS_ROOT = os.geteuid() == 0
 
 SANITIZER_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|"
@@ -99,6 +103,8 @@ class Postgres:
     def start(self):
         opts = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.datadir} "
                 "-c max_connections=200 -c shared_buffers=256MB")
+        if os.path.exists(HLL_SO):
+            opts += " -c shared_preload_libraries=hll"
         if self.fast:
             opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         if PG_OPTS:

@@ -11,9 +11,11 @@ import json
 import os
 import random
 import shutil
+import socket
 import struct
 import subprocess
 import tempfile
+import threading
 import zlib
 
 import jsonschema
@@ -676,3 +678,106 @@ def test_base_url_setting_and_default_range(db):
     assert doc["link"]["short_url"] == "https://go.example/rpA"
     assert doc["range"]["days"] == 30
     assert "hourly" not in doc
+
+
+def _ber(tag, content):
+    """One BER TLV (definite length)."""
+    n = len(content)
+    if n < 0x80:
+        return bytes([tag, n]) + content
+    size = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(size)]) + size + content
+
+
+def _ber_read(buf, i):
+    """(tag, content, next index) of the TLV at buf[i]."""
+    tag, n = buf[i], buf[i + 1]
+    i += 2
+    if n & 0x80:
+        k = n & 0x7F
+        n = int.from_bytes(buf[i:i + k], "big")
+        i += k
+    return tag, buf[i:i + n], i + n
+
+
+class LdapDirectory(threading.Thread):
+    """An LDAP server of one entry on a free port, enough for libpq's service
+    lookup: answers an anonymous bind and any search with one entry whose
+    attribute `conninfo` holds value, and records the operations it saw."""
+
+    def __init__(self, value):
+        super().__init__(daemon=True)
+        self.value = value.encode()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.sock.settimeout(30)
+        self.port = self.sock.getsockname()[1]
+        self.ops = []
+        self.start()
+
+    def run(self):
+        ok = _ber(0x0A, b"\x00") + _ber(0x04, b"") + _ber(0x04, b"")  # success, "", ""
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        buf = b""
+        with conn:
+            conn.settimeout(30)
+            while True:
+                try:
+                    data = conn.recv(4096)
+                except OSError:
+                    return
+                if not data:
+                    return
+                buf += data
+                while len(buf) >= 2:
+                    try:
+                        tag, msg, end = _ber_read(buf, 0)
+                    except IndexError:
+                        break
+                    if end > len(buf):
+                        break
+                    buf = buf[end:]
+                    _, msgid, j = _ber_read(msg, 0)
+                    op = msg[j]
+                    mid = _ber(0x02, msgid)
+                    if op == 0x60:  # BindRequest -> BindResponse
+                        self.ops.append("bind")
+                        conn.sendall(_ber(0x30, mid + _ber(0x61, ok)))
+                    elif op == 0x63:  # SearchRequest -> one entry, done
+                        self.ops.append("search")
+                        attr = _ber(0x30, _ber(0x04, b"conninfo") + _ber(0x31, _ber(0x04, self.value)))
+                        entry = _ber(0x64, _ber(0x04, b"cn=linkpulse,dc=lp") + _ber(0x30, attr))
+                        conn.sendall(_ber(0x30, mid + entry) + _ber(0x30, mid + _ber(0x65, ok)))
+                    elif op == 0x42:  # UnbindRequest
+                        self.ops.append("unbind")
+                        return
+
+
+def test_ldap_service_lookup_loads_libldap_on_demand(db):
+    """reports links libpq statically and loads libldap only when a connection
+    service names an LDAP URL (reports/ldapload.c), so a run does not map it
+    and the GnuTLS chain behind it. Such a service still works: libpq's lookup
+    goes through libldap to a directory on the wire, and the report equals the
+    direct one."""
+    rep = os.path.join(lpstack.BIN, "reports")
+    mapped = subprocess.run(["ldd", rep], capture_output=True, text=True, check=True).stdout
+    assert "libldap" not in mapped and "libgnutls" not in mapped, mapped
+    directory = LdapDirectory(f"host=127.0.0.1 port={db.port} dbname={db.dbname} user=postgres")
+    services = os.path.join(db.work, "pg_service.conf")
+    with open(services, "w") as f:
+        f.write(f"[lpldap]\nldap://127.0.0.1:{directory.port}/dc=lp?conninfo?base?(objectClass=*)\n")
+    args = ["--link", "rpR", "--from", "2024-05-01", "--to", "2024-05-09", "--tz", "Asia/Shanghai"]
+    r = subprocess.run([rep, "-o", "pg_dsn=service=lpldap"] + args, capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PGSERVICEFILE=services))
+    assert not lpstack.sanitizer_report(r.stderr), r.stderr
+    assert r.returncode == 0, r.stderr
+    directory.join(10)
+    assert directory.ops[:2] == ["bind", "search"], directory.ops
+    via, direct = json.loads(r.stdout), report(db, *args)
+    via.pop("generated_at")
+    direct.pop("generated_at")
+    assert via == direct
