@@ -15,7 +15,7 @@
 #error "LP_LDAP_SONAME (the libldap that libpq links) must be defined by the Makefile"
 #endif
 
-/* Entry points in libldap; all NULL when it could not be loaded. */
+/* Entry points in libldap: all set, or all NULL when it could not be loaded. */
 static struct {
 	LDAP *(*init)(LDAP_CONST char *, int);
 	int (*set_option)(LDAP *, int, LDAP_CONST void *);
@@ -64,12 +64,14 @@ load(void)
 		log_warnx("LDAP service lookup unavailable: %s lacks a function libpq calls",
 		    LP_LDAP_SONAME);
 		memset(&fn, 0, sizeof(fn));
+		dlclose(h);
 	}
 }
 
-/* Every session starts with ldap_init: without libldap it returns NULL and
- * libpq reports "could not create LDAP structure"; the rest then never runs
- * but still fails cleanly. */
+/* libpq's lookup starts with ldap_init: without libldap it returns NULL and
+ * libpq reports "could not create LDAP structure". Every other call takes, or
+ * follows a failed call on, the handle ldap_init returned, so libldap is
+ * loaded by then and they forward without checking. */
 LDAP *
 ldap_init(LDAP_CONST char *host, int port)
 {
@@ -80,72 +82,66 @@ ldap_init(LDAP_CONST char *host, int port)
 int
 ldap_set_option(LDAP *ld, int option, LDAP_CONST void *invalue)
 {
-	pthread_once(&once, load);
-	return fn.set_option ? fn.set_option(ld, option, invalue) : LDAP_OPT_ERROR;
+	return fn.set_option(ld, option, invalue);
 }
 
 int
 ldap_simple_bind(LDAP *ld, LDAP_CONST char *who, LDAP_CONST char *passwd)
 {
-	return fn.simple_bind ? fn.simple_bind(ld, who, passwd) : -1;
+	return fn.simple_bind(ld, who, passwd);
 }
 
 char *
 ldap_err2string(int err)
 {
-	static char unavailable[] = "libldap not loaded";
-
-	pthread_once(&once, load);
-	return fn.err2string ? fn.err2string(err) : unavailable;
+	return fn.err2string(err);
 }
 
 LDAPMessage *
 ldap_first_entry(LDAP *ld, LDAPMessage *chain)
 {
-	return fn.first_entry ? fn.first_entry(ld, chain) : NULL;
+	return fn.first_entry(ld, chain);
 }
 
 int
 ldap_count_entries(LDAP *ld, LDAPMessage *chain)
 {
-	return fn.count_entries ? fn.count_entries(ld, chain) : -1;
+	return fn.count_entries(ld, chain);
 }
 
 struct berval **
 ldap_get_values_len(LDAP *ld, LDAPMessage *entry, LDAP_CONST char *target)
 {
-	return fn.get_values_len ? fn.get_values_len(ld, entry, target) : NULL;
+	return fn.get_values_len(ld, entry, target);
 }
 
 void
 ldap_value_free_len(struct berval **vals)
 {
-	if (fn.value_free_len)
-		fn.value_free_len(vals);
+	fn.value_free_len(vals);
 }
 
 int
 ldap_result(LDAP *ld, int msgid, int all, struct timeval *timeout, LDAPMessage **result)
 {
-	return fn.result ? fn.result(ld, msgid, all, timeout, result) : -1;
+	return fn.result(ld, msgid, all, timeout, result);
 }
 
 int
 ldap_msgfree(LDAPMessage *lm)
 {
-	return fn.msgfree ? fn.msgfree(lm) : -1;
+	return fn.msgfree(lm);
 }
 
 int
 ldap_search_st(LDAP *ld, LDAP_CONST char *base, int scope, LDAP_CONST char *filter,
                char **attrs, int attrsonly, struct timeval *timeout, LDAPMessage **res)
 {
-	return fn.search_st ? fn.search_st(ld, base, scope, filter, attrs, attrsonly, timeout, res)
-	    : LDAP_OTHER;
+	return fn.search_st(ld, base, scope, filter, attrs, attrsonly, timeout, res);
 }
 
 int
 ldap_unbind(LDAP *ld)
 {
-	return fn.unbind ? fn.unbind(ld) : LDAP_OTHER;
+	return fn.unbind(ld);
 }

@@ -734,11 +734,8 @@ class LdapDirectory(threading.Thread):
                     return
                 buf += data
                 while len(buf) >= 2:
-                    try:
-                        tag, msg, end = _ber_read(buf, 0)
-                    except IndexError:
-                        break
-                    if end > len(buf):
+                    _, msg, end = _ber_read(buf, 0)
+                    if end > len(buf):  # the message is not all here yet
                         break
                     buf = buf[end:]
                     _, msgid, j = _ber_read(msg, 0)
