@@ -120,7 +120,9 @@ class Postgres:
 
     def psql(self, sql, db=None, check=True):
         """Runs sql with psql; returns stdout (unaligned, tuples only)."""
-        r = subprocess.run(["psql", "-X", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
+        # The binary itself: /usr/bin/psql is Debian's pg_wrapper, a Perl
+        # script that costs tens of ms of CPU per call.
+        r = subprocess.run([f"{PG_BIN}/psql", "-X", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
                             "-p", str(self.port), "-U", "postgres", "-d", db or self.dbname,
                             "-c", sql], capture_output=True, text=True)
         if check and r.returncode != 0:
