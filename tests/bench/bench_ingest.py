@@ -5,7 +5,18 @@ the same run. The link_day_dim compaction ingest runs every 60 s in the
 background is timed separately over the run's batch rows and also reported as
 if it had been paid inside the run.
 
-Knobs (environment): LP_BENCH_INGEST_EVENTS (200000), LP_BENCH_INGEST_LOG (ingest
+Events are keyed by code, as the redirector keys them, so each link's events
+are in one partition and so in one of ingest's two loading lanes (until the
+ninth session they were keyed by event id, which put every hot link's
+rollup rows in both lanes, where the second lane waited for the first's
+row locks; one run each, 2026-11-24: keyed by event id 22.5k events/s with
+HEAD 3 and 24.7k with HEAD 2, keyed by code with HEAD 2 27.0k and 27.2k). Link
+popularity falls off as u^HEAD (u uniform): HEAD 2 puts 2.2% of the events on
+the hottest link, which keeps its partition under the dev broker's 5 MiB
+(HEAD 3 put 7.9% there and had to be keyed by event id).
+
+Knobs (environment): LP_BENCH_INGEST_KEY (code; id as before),
+LP_BENCH_INGEST_HEAD (2), LP_BENCH_INGEST_EVENTS (200000), LP_BENCH_INGEST_LOG (ingest
 log level; debug prints per-batch COPY / insert+rollup times),
 LP_BENCH_INGEST_PGOPTIONS (PGOPTIONS for ingest's sessions, e.g. auto_explain),
 LP_BENCH_INGEST_DEBUG=1 (print ingest's and PostgreSQL's logs at the end)."""
@@ -23,6 +34,8 @@ import lpstack  # noqa: E402
 from test_ingest import EventGen, produce, producer, uap_user_agents  # noqa: E402
 
 N_EVENTS = int(os.environ.get("LP_BENCH_INGEST_EVENTS", "200000"))
+HEAD = float(os.environ.get("LP_BENCH_INGEST_HEAD", "2"))
+KEY = os.environ.get("LP_BENCH_INGEST_KEY", "code")
 COLS = ("id, url_link_id, unique_code, client_id, client_ip, visit_time, http_status, "
         "user_agent, referer, referer_host, accept_language, language, host, query_string, "
         "country_code, country, province, city, isp, asn, browser_type, browser_version, "
@@ -33,7 +46,8 @@ def realistic_events(n, seed=42):
     """n events: user agents drawn with a heavy head (a few browsers make most
     traffic) from uap-core's test strings, ~n/10 distinct visitors on public
     IPv4/IPv6 addresses, 2,000 links (a few hot ones get most clicks, as
-    in SMS campaigns), 3% orphans, referers and languages."""
+    in SMS campaigns: link 1 + 2000 u^HEAD), 3% orphans, referers and
+    languages."""
     rng = random.Random(seed)
     uas = [u for u, _ in uap_user_agents(limit=3000, seed=seed)]
     gen = EventGen(links=range(1, 2001), seed=seed, uas=uas)
@@ -58,7 +72,7 @@ def realistic_events(n, seed=42):
             e.update(link_id=None, code="gone%d" % rng.randrange(50), status=404)
         else:
             # campaign traffic is concentrated: a Zipf-like head of hot links
-            e.update(link_id=1 + int(2000 * rng.random() ** 3), status=302)
+            e.update(link_id=1 + int(2000 * rng.random() ** HEAD), status=302)
             e["code"] = "c%d" % e["link_id"]
         out.append(e)
     return out
@@ -80,9 +94,9 @@ def run(bin_dir, work):
     try:
         t0 = time.time()
         events = realistic_events(N_EVENTS)
-        # keyed by event id: hot codes would overflow the dev broker's 5 MiB partitions
+        # keyed by code, as the redirector does (see the docstring)
         produce(broker.bootstrap, broker.topic, events, prod=producer(broker.bootstrap),
-                key_field="id")
+                key_field=KEY)
         print(f"ingest_bench_events {len(events)} produced to 64 partitions in "
               f"{time.time() - t0:.1f} s", flush=True)
         geo = os.path.join(lpstack.ROOT, "var/geoip/GeoLite2-City.mmdb")
