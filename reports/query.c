@@ -35,7 +35,7 @@ struct query {
 	char wa0[11], wa1[11];   /* whole ISO weeks in [d0, m0) (wa0 = wa1 = m0: none) */
 	char wb0[11], wb1[11];   /* whole ISO weeks in [m1, d1) (wb0 = wb1 = d1: none) */
 	char *top_sql;           /* owned: the top-N statement for these bounds */
-	char *top_raw_sql;       /* owned: the same rows unsummed (top_raw_take), or NULL
+	char *top_raw_sql;       /* owned: the same rows unsummed (TOP_RAW_TAIL), or NULL
 	                          * when the range has visit_record edges */
 	int split;               /* a local midnight of the range is not on a UTC hour */
 	int day_rows;            /* the series reads link_day (PIECES_DAYS) */
@@ -185,14 +185,16 @@ static const char HUMAN_EDGES_SQL[] =
     "  sum(CASE WHEN is_bot THEN 0 ELSE visits END::float8)::bigint AS v," \
     "  sum(CASE WHEN is_bot THEN visits ELSE 0 END::float8)::bigint AS b FROM r GROUP BY g, dimension, value" \
     " HAVING sum(CASE WHEN is_bot THEN 0 ELSE visits END::float8) > 0"
-/* The rows of r as they are, for the reports of several links: a round of
- * --all reads ~59,000 rollup rows that make ~52,000 groups, and PostgreSQL's
- * hash aggregate of them took about half of the statement (EXPLAIN ANALYZE:
- * 60 of 95 ms); top_raw_take sums them in a fraction of that. Only without
- * visit_record edges, whose rows are single visits. */
+/* The rows of r as they are, in TOP_TAIL's columns, for the reports of
+ * several links: a round of --all reads ~59,000 rollup rows that make
+ * ~52,000 groups, and PostgreSQL's hash aggregate of them took about half of
+ * the statement (EXPLAIN ANALYZE: 60 of 95 ms); top_take sums them in a
+ * fraction of that. Only without visit_record edges, whose rows are single
+ * visits. */
 #define TOP_RAW_TAIL \
     ")" \
-    " SELECT g, dimension, value, is_bot, visits FROM r"
+    " SELECT g, dimension, value, CASE WHEN is_bot THEN 0 ELSE visits END AS v," \
+    "  CASE WHEN is_bot THEN visits ELSE 0 END AS b FROM r"
 
 /* work_mem: a round of --all sorts and hashes ~80,000 link_day_dim rows; at
  * the default 4 MB both spill to temporary files. No parallel workers: the
@@ -709,32 +711,6 @@ top_rank_take(struct query *q, const struct targets *t, struct top_row *rows, si
 	}
 }
 
-/* Adds the top-N of r (TOP_TAIL: one summed row per group, dimension and
- * value) to the reports of t. */
-static int
-top_take(struct query *q, const struct targets *t, PGresult *r, char *errstr, size_t errstr_size)
-{
-	size_t n = (size_t)PQntuples(r);
-	struct top_row *rows;
-
-	if (n == 0)
-		return 0;
-	if ((rows = malloc(n * sizeof(*rows))) == NULL) {
-		errstr_set(errstr, errstr_size, "out of memory");
-		return -1;
-	}
-	for (size_t i = 0; i < n; i++) {
-		rows[i].dim = model_dim_index(PQgetvalue(r, (int)i, 1));
-		rows[i].g = strtoll(PQgetvalue(r, (int)i, 0), NULL, 10);
-		rows[i].value = PQgetvalue(r, (int)i, 2);
-		rows[i].v = strtoll(PQgetvalue(r, (int)i, 3), NULL, 10);
-		rows[i].b = strtoll(PQgetvalue(r, (int)i, 4), NULL, 10);
-	}
-	top_rank_take(q, t, rows, n);
-	free(rows);
-	return 0;
-}
-
 /* FNV-1a over a group, a dimension and a value. */
 static uint64_t
 top_hash(long long g, int dim, const char *value)
@@ -748,27 +724,24 @@ top_hash(long long g, int dim, const char *value)
 	return h;
 }
 
-/* Adds the top-N of r (TOP_RAW_TAIL: rollup rows g, dimension, value,
- * is_bot, visits, several per value) to the reports of t: sums them per
- * group, dimension and value in an open-addressing table, keeps the values
- * humans visited (TOP_TAIL's HAVING), then ranks as top_take. */
+/* Adds the top-N of r (rows g, dimension, value, v, b: summed per group,
+ * dimension and value by TOP_TAIL, or several per value by TOP_RAW_TAIL) to
+ * the reports of t: sums the rows of each value in an open-addressing
+ * table, keeps the values humans visited (TOP_TAIL's HAVING) and ranks them. */
 static int
-top_raw_take(struct query *q, const struct targets *t, PGresult *r, char *errstr,
-             size_t errstr_size)
+top_take(struct query *q, const struct targets *t, PGresult *r, char *errstr, size_t errstr_size)
 {
 	size_t n = (size_t)PQntuples(r), cap = 16, used = 0, kept = 0;
-	struct top_row *rows;
-	uint32_t *slot;
+	struct top_row *rows = NULL;
+	uint32_t *slot = NULL;  /* index + 1 into rows; 0 = empty */
 
 	if (n == 0)
 		return 0;
 	while (cap < n * 2)
 		cap <<= 1;
-	rows = malloc(n * sizeof(*rows));
-	slot = calloc(cap, sizeof(*slot));  /* index + 1 into rows; 0 = empty */
-	if (rows == NULL || slot == NULL || n >= UINT32_MAX) {
+	if (n >= UINT32_MAX || (rows = malloc(n * sizeof(*rows))) == NULL ||
+	    (slot = calloc(cap, sizeof(*slot))) == NULL) {
 		free(rows);
-		free(slot);
 		errstr_set(errstr, errstr_size, "out of memory");
 		return -1;
 	}
@@ -776,30 +749,22 @@ top_raw_take(struct query *q, const struct targets *t, PGresult *r, char *errstr
 		long long g = strtoll(PQgetvalue(r, (int)i, 0), NULL, 10);
 		int dim = model_dim_index(PQgetvalue(r, (int)i, 1));
 		const char *value = PQgetvalue(r, (int)i, 2);
-		int bot = PQgetvalue(r, (int)i, 3)[0] == 't';
-		long long visits = strtoll(PQgetvalue(r, (int)i, 4), NULL, 10);
 		size_t h = (size_t)top_hash(g, dim, value) & (cap - 1);
 		struct top_row *x;
 
-		while (slot[h] != 0) {
+		for (; slot[h] != 0; h = (h + 1) & (cap - 1)) {
 			x = &rows[slot[h] - 1];
 			if (x->g == g && x->dim == dim && strcmp(x->value, value) == 0)
 				break;
-			h = (h + 1) & (cap - 1);
 		}
 		if (slot[h] == 0) {
 			x = &rows[used];
-			x->g = g;
-			x->dim = dim;
-			x->value = value;
-			x->v = x->b = 0;
+			*x = (struct top_row){ .g = g, .dim = dim, .value = value };
 			slot[h] = (uint32_t)++used;
-		} else
-			x = &rows[slot[h] - 1];
-		if (bot)
-			x->b += visits;
-		else
-			x->v += visits;
+		}
+		x = &rows[slot[h] - 1];
+		x->v += strtoll(PQgetvalue(r, (int)i, 3), NULL, 10);
+		x->b += strtoll(PQgetvalue(r, (int)i, 4), NULL, 10);
 	}
 	free(slot);
 	for (size_t i = 0; i < used; i++)
@@ -903,7 +868,7 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 	    errstr_size)) == NULL)
 		goto out;
 	log_debug("top-N: %d rows%s", PQntuples(r), raw ? " (unsummed)" : "");
-	rc = raw ? top_raw_take(q, t, r, errstr, errstr_size) : top_take(q, t, r, errstr, errstr_size);
+	rc = top_take(q, t, r, errstr, errstr_size);
 	PQclear(r);
 out:
 	free(arr);
