@@ -27,10 +27,12 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
 import lpstack  # noqa: E402
+from bench_redirect import cpu_secs, family  # noqa: E402
 from test_ingest import EventGen, produce, producer, uap_user_agents  # noqa: E402
 
 N_EVENTS = int(os.environ.get("LP_BENCH_INGEST_EVENTS", "200000"))
@@ -86,6 +88,21 @@ def stored_next(cur):
     return int(cur.fetchone()[0])
 
 
+def pg_cpu_secs(pg):
+    """CPU seconds of the cluster: the postmaster, its reaped children (cutime,
+    cstime) and its live ones."""
+    with open(os.path.join(pg.datadir, "postmaster.pid")) as f:
+        pm = int(f.readline())
+    total = cpu_secs(family(pm)[1:])
+    try:
+        with open(f"/proc/{pm}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        pass
+    return total
+
+
 def run(bin_dir, work):
     lpstack.BIN = bin_dir
     pg = lpstack.Postgres(os.path.join(work, "pg")).up()
@@ -113,16 +130,19 @@ def run(bin_dir, work):
         t_start = time.time()
         ing.start()
         t_assigned = None
+        cpu0 = None
         deadline = t_start + 900
         while time.time() < deadline:
             if t_assigned is None and "assigned 64 partitions" in ing.output():
                 t_assigned = time.time()
+                cpu0 = (cpu_secs([ing.proc.pid]), pg_cpu_secs(pg))
             if stored_next(cur) >= len(events):
                 break
             if not ing.alive():
                 raise RuntimeError("ingest exited:\n" + ing.output()[-3000:])
             time.sleep(0.05)
         t_done = time.time()
+        cpu1 = (cpu_secs([ing.proc.pid]), pg_cpu_secs(pg))
         poll.close()
         rows = int(pg.psql("SELECT count(*) FROM visit_record"))
         rejects = pg.psql("SELECT count(*), string_agg(DISTINCT left(reason, 60), '; ') "
@@ -163,6 +183,12 @@ def run(bin_dir, work):
         print(f"raw_copy_rows_per_sec {rate_copy:.0f}  (psql \\copy of the same {rows} rows "
               f"into an empty visit_record)", flush=True)
         print(f"ingest_vs_raw_copy_ratio {rate / rate_copy:.2f}  (target >= 0.8)", flush=True)
+        if cpu0:
+            print(f"ingest_cpu_us_per_event {(cpu1[0] - cpu0[0]) * 1e6 / rows:.1f} ingest, "
+                  f"{(cpu1[1] - cpu0[1]) * 1e6 / rows:.1f} PostgreSQL  (utime + stime "
+                  f"from partition assignment to the last commit, per row; "
+                  f"{(t_done - t_assigned) * 2e6 / rows:.1f} us of the 2 cores' time)",
+                  flush=True)
         rate_c = rows / (t_done - t_assigned + t_compact)
         print(f"ingest_link_day_dim_compaction_s {t_compact:.2f}  ({batch_rows} batch rows "
               f"left at the end; with it paid in the run: {rate_c:.0f}/s, ratio "
