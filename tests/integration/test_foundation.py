@@ -67,6 +67,12 @@ def test_migrations_recorded_and_idempotent(pg):
                    if f.endswith(".sql"))
     assert versions == files
     assert pg.migrate().strip() == "", "a second run must apply nothing"
+    # 0011: the per-batch breakdown arrays are compressed with lz4 (Debian's
+    # PostgreSQL is built with it)
+    assert pg.psql("SELECT string_agg(attname || '=' || attcompression::text, ',' ORDER BY attname) "
+                   "FROM pg_attribute WHERE attrelid = 'link_day_dim_batch'::regclass "
+                   "AND attnum > 0 AND attcompression::text <> ''") == \
+        "dimension=l,value=l,visits=l"
 
 
 def test_every_table_and_column_is_commented(pg):
