@@ -323,6 +323,33 @@ pidfile = {os.path.join(self.workdir, "pgbouncer.pid")}
         return rc
 
 
+
+def cpu_secs(pids, reaped=False):
+    """utime + stime of pids (all their threads), in seconds; with reaped, also
+    what their waited-for children used (cutime + cstime)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15 if reaped else 13])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def family(pid):
+    """pid and its direct children (nginx's master and workers, the
+    postmaster and its backends)."""
+    pids = [pid]
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                pids += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return pids
+
 def program(name, workdir, settings, extra_args=(), env=None):
     """A linkpulse program with -o name=value settings."""
     argv = [os.path.join(BIN, name)]

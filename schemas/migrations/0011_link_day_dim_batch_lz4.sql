@@ -1,7 +1,7 @@
 -- 0011_link_day_dim_batch_lz4: link_day_dim_batch's arrays are compressed
 -- with lz4 instead of pglz. A hot link's per-batch row (every dimension and
 -- value it was seen with) passes the 2 kB TOAST threshold, and pglz took about
--- 5% of PostgreSQL's CPU while ingest loaded (perf, make bench); lz4 took 0.3%
+-- 5% of PostgreSQL's CPU while ingest loaded (perf, make bench); lz4 took about 0.4%
 -- of it, and it decompresses faster for the compaction and reports. Existing
 -- values keep their compression until rewritten. A server built without lz4
 -- keeps pglz (notice).

@@ -29,12 +29,10 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
 import lpstack  # noqa: E402
-from bench_redirect import cpu_secs, family  # noqa: E402
 from test_ingest import EventGen, produce, producer, uap_user_agents  # noqa: E402
 
 N_EVENTS = int(os.environ.get("LP_BENCH_INGEST_EVENTS", "200000"))
@@ -91,18 +89,11 @@ def stored_next(cur):
 
 
 def pg_cpu_secs(pg):
-    """CPU seconds of the cluster: the postmaster, its reaped children (cutime,
-    cstime) and its live ones."""
+    """CPU seconds of the cluster: the postmaster with its reaped children,
+    and its live ones."""
     with open(os.path.join(pg.datadir, "postmaster.pid")) as f:
         pm = int(f.readline())
-    total = cpu_secs(family(pm)[1:])
-    try:
-        with open(f"/proc/{pm}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError):
-        pass
-    return total
+    return lpstack.cpu_secs([pm], reaped=True) + lpstack.cpu_secs(lpstack.family(pm)[1:])
 
 
 def run(bin_dir, work):
@@ -139,14 +130,14 @@ def run(bin_dir, work):
         while time.time() < deadline:
             if t_assigned is None and "assigned 64 partitions" in ing.output():
                 t_assigned = time.time()
-                cpu0 = (cpu_secs([ing.proc.pid]), pg_cpu_secs(pg))
+                cpu0 = (lpstack.cpu_secs([ing.proc.pid]), pg_cpu_secs(pg))
             if stored_next(cur) >= len(events):
                 break
             if not ing.alive():
                 raise RuntimeError("ingest exited:\n" + ing.output()[-3000:])
             time.sleep(0.05)
         t_done = time.time()
-        cpu1 = (cpu_secs([ing.proc.pid]), pg_cpu_secs(pg))
+        cpu1 = (lpstack.cpu_secs([ing.proc.pid]), pg_cpu_secs(pg))
         poll.close()
         rows = int(pg.psql("SELECT count(*) FROM visit_record"))
         rejects = pg.psql("SELECT count(*), string_agg(DISTINCT left(reason, 60), '; ') "

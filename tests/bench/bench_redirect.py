@@ -31,7 +31,6 @@ done = function(summary, latency, requests)
 end
 """
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 NGINX_CONF = """
 worker_processes 2;
@@ -69,40 +68,15 @@ def wrk(url, script, secs=10):
     return float(m.group(1)), p99_ms, int(bad.group(1)) if bad else -1
 
 
-def cpu_secs(pids):
-    """utime + stime of pids and their children's threads (seconds)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            pass
-    return total / CLK_TCK
-
-
-def family(pid):
-    """pid and its direct children (nginx's master and workers)."""
-    pids = [pid]
-    try:
-        for t in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{t}/children") as f:
-                pids += [int(x) for x in f.read().split()]
-    except OSError:
-        pass
-    return pids
-
-
 def measured(url, script, procs):
     """wrk against url; returns (rps, p99, non3xx, {name: cpu µs per request})."""
-    before = {name: cpu_secs(family(pid)) for name, pid in procs.items()}
+    before = {name: lpstack.cpu_secs(lpstack.family(pid)) for name, pid in procs.items()}
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     wrk_before = ru.ru_utime + ru.ru_stime
     rps, p99, bad = wrk(url, script)
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     reqs = max(rps * 10, 1)
-    cpu = {name: (cpu_secs(family(pid)) - before[name]) * 1e6 / reqs for name, pid in procs.items()}
+    cpu = {name: (lpstack.cpu_secs(lpstack.family(pid)) - before[name]) * 1e6 / reqs for name, pid in procs.items()}
     cpu["wrk"] = (ru.ru_utime + ru.ru_stime - wrk_before) * 1e6 / reqs
     return rps, p99, bad, cpu
 
