@@ -1,6 +1,6 @@
 /* linkbatch.c - set-based random-strategy creation: pipelined SPOP n + HMGET
- * of the MD5 map in Redis, then one statement that dedupes, claims the codes
- * in unique_code and inserts url_link; a queue batches concurrent singles. */
+ * of the MD5 map in Redis, then one statement that dedupes and inserts
+ * url_link (its unique code is the claim); a queue batches concurrent singles. */
 #include "linkbatch.h"
 #include "digest.h"
 #include "log.h"
@@ -16,7 +16,7 @@
 /* Item states inside linkbatch_run. */
 /* Where an item's code came from (decides how the statement takes it). */
 enum {
-	SRC_POOL,    /* popped from the Redis pool: claimed status 0 -> 1 */
+	SRC_POOL,    /* popped from the Redis pool (status 2): url_link claims it */
 	SRC_FRESH,   /* generated here: inserted into unique_code as used */
 	SRC_CLAIMED  /* claimed from PostgreSQL already (Redis down) */
 };
@@ -399,8 +399,12 @@ out:
 
 /* The statement: input rows from parallel arrays; PostgreSQL-side dedupe
  * for items that allow it (LATERAL: one index probe per item, whatever the
- * planner guesses of unnest's size); the claim of each pooled code (status 0 -> 1)
- * and the insert in one go. Rows: created flag, input index, LINK_COLS. */
+ * planner guesses of unnest's size); codes generated here inserted into
+ * unique_code as used, reserve codes a deduped item did not need put back;
+ * and the insert in one go. A code popped from Redis (src 0, status 2 in
+ * unique_code: 0012) is not written to unique_code: url_link's unique
+ * constraint on code is its claim (ON CONFLICT DO NOTHING: no row back, the
+ * item falls back). Rows: created flag, input index, LINK_COLS. */
 static const char batch_sql[] =
     "WITH i AS (SELECT * FROM unnest($2::int[], $3::text[], $4::text[], $5::bpchar[], "
     "$6::smallint[], $7::timestamptz[], $8::timestamptz[], $9::bigint[], $10::text[], "
@@ -410,16 +414,13 @@ static const char batch_sql[] =
     "WHERE l.long_url_md5 = i.md5 AND l.long_url = i.long_url AND l.redirect_type = i.rt "
     "AND l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL "
     "AND l.max_visits IS NULL AND l.strategy <> 3 ORDER BY l.id LIMIT 1) e WHERE i.dedupe), "
-    "cl AS (UPDATE unique_code u SET status = 1, update_time = now() FROM i "
-    "WHERE u.code = i.code AND u.status = 0 AND i.src = 0 "
-    "AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) RETURNING u.code), "
     "cn AS (INSERT INTO unique_code (code, status, type) SELECT i.code, 1, 0 FROM i "
     "WHERE i.src = 1 AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) "
     "ON CONFLICT (code) DO NOTHING RETURNING code), "
     "rb AS (UPDATE unique_code u SET status = 0, update_time = now() FROM i JOIN ex USING (idx) "
     "WHERE i.src = 2 AND u.code = i.code), "
-    "c AS (SELECT code FROM cl UNION ALL SELECT code FROM cn UNION ALL SELECT i.code FROM i "
-    "WHERE i.src = 2 AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx)), "
+    "c AS (SELECT code FROM cn UNION ALL SELECT i.code FROM i "
+    "WHERE i.src IN (0, 2) AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx)), "
     "ins AS (INSERT INTO url_link (code, short_url, long_url, long_url_md5, strategy, "
     "redirect_type, valid_since, expires_at, max_visits, tags, creator, updater) "
     "SELECT i.code, $1 || '/' || i.code, i.long_url, i.md5, 0, i.rt, i.vs, i.ea, i.mv, "

@@ -539,7 +539,7 @@ invalidate_code(PGconn *c, const char *code)
 	const char *p1[1] = { code };
 	char errstr[256];
 	PGresult *r = pgpool_exec(c, "UPDATE unique_code SET status = -1, update_time = now() "
-	    "WHERE code = $1 AND status = 0 AND EXISTS (SELECT 1 FROM url_link WHERE code = $1)",
+	    "WHERE code = $1 AND status IN (0, 2) AND EXISTS (SELECT 1 FROM url_link WHERE code = $1)",
 	    1, p1, NULL, errstr, sizeof(errstr));
 
 	PQclear(r);
@@ -577,8 +577,9 @@ next_code(struct links *L, PGconn *c, enum links_strategy strategy, const struct
 		if (L->pool != NULL && length == pool_length(L->pool) && !a->pg_pool_empty) {
 			if (pool_take(L->pool, a->code)) {
 				a->from_pool = 1;
-				*codesql = "UPDATE unique_code SET status = 1, update_time = now() "
-				    "WHERE code = $11 AND status = 0 RETURNING code";
+				/* Pooled (status 2): url_link's unique
+				 * constraint on code is the claim. */
+				*codesql = "SELECT $11::text AS code";
 				*nparams = 11;
 			} else {
 				/* Redis down or empty: claim from PostgreSQL. */

@@ -47,6 +47,7 @@ struct redirector_conf {
 	char *sequence_secret;
 	long long pool_low_water;
 	long long pool_batch;
+	long long pool_pg_reserve;
 	long long create_batch_workers;
 	long long bloom_expected;
 	long long bloom_fpr_ppm;
@@ -103,6 +104,8 @@ static const struct cfg_opt redirector_tab[] = {
 	{ "pool_low_water", CFG_INT, "20000", 1, 100000000, NULL, OFF(pool_low_water), 0,
 	  "refill the Redis code pool below this many codes" },
 	{ "pool_batch", CFG_INT, "10000", 1, 1000000, NULL, OFF(pool_batch), 0, "codes generated per refill round" },
+	{ "pool_pg_reserve", CFG_INT, "10000", 0, 100000000, NULL, OFF(pool_pg_reserve), 0,
+	  "unused codes kept in PostgreSQL only, claimed by creation while Redis is down" },
 	{ "create_batch_workers", CFG_INT, "2", 1, 64, NULL, OFF(create_batch_workers), 0,
 	  "threads turning queued single creates into batches (fewer: bigger batches, less CPU per create)" },
 	{ "bloom_expected", CFG_INT, "10000000", 1000, 4000000000LL, NULL, OFF(bloom_expected), 0,
@@ -485,7 +488,8 @@ serve(struct app *app)
 	    errstr, sizeof(errstr))) == NULL ||
 	    load_bloom(app, errstr, sizeof(errstr)) < 0 ||
 	    (app->pool = pool_new(app->pg, app->kv, app->bloom, (int)cf->code_length,
-	    cf->pool_low_water, cf->pool_batch, errstr, sizeof(errstr))) == NULL ||
+	    cf->pool_low_water, cf->pool_batch, cf->pool_pg_reserve, errstr,
+	    sizeof(errstr))) == NULL ||
 	    (app->links = links_new(&lc, app->pg, app->kv, app->bloom, app->pool, errstr,
 	    sizeof(errstr))) == NULL) {
 		log_fatalx("%s", errstr);

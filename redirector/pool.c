@@ -1,6 +1,7 @@
 /* pool.c - random-code pool: generate (CSPRNG), screen with the Bloom filter,
- * insert into unique_code (its unique constraint decides), SADD to Redis;
- * a refill thread keeps the Redis set above its low-water mark. */
+ * insert into unique_code (its unique constraint decides), SADD to Redis; a
+ * refill thread keeps the Redis set above its low-water mark and a reserve of
+ * unused codes in PostgreSQL for creation while Redis is down. */
 #include "pool.h"
 #include "codes.h"
 #include "log.h"
@@ -19,7 +20,8 @@ struct pool {
 	struct kv *kv;
 	struct bloom *bloom;
 	int length;
-	long long low_water, batch;
+	long long low_water, batch, reserve;
+	time_t reserve_checked;    /* last count of the PostgreSQL reserve */
 	char key[32];
 	pthread_t thr;
 	int running;
@@ -32,7 +34,8 @@ struct pool {
 
 struct pool *
 pool_new(struct pgpool *pg, struct kv *kv, struct bloom *bloom, int length,
-         long long low_water, long long batch, char *errstr, size_t errstr_size)
+         long long low_water, long long batch, long long reserve, char *errstr,
+         size_t errstr_size)
 {
 	struct pool *p = calloc(1, sizeof(*p));
 
@@ -46,6 +49,7 @@ pool_new(struct pgpool *pg, struct kv *kv, struct bloom *bloom, int length,
 	p->length = length;
 	p->low_water = low_water;
 	p->batch = batch;
+	p->reserve = reserve;
 	p->size = -1;
 	snprintf(p->key, sizeof(p->key), POOL_KEY_FMT, length);
 	pthread_mutex_init(&p->mtx, NULL);
@@ -114,15 +118,18 @@ pool_give_back(struct pool *p, const char *code)
 		freeReplyObject(r);
 }
 
-/* Inserts the candidate codes; returns the PGresult of those that were new
- * (caller PQclear()s it) or NULL. */
+/* Inserts the candidate codes, the first nreserve unused (status 0: the
+ * PostgreSQL reserve), the others pooled (status 2: for the Redis set).
+ * Returns the PGresult (code, status) of those that were new (caller
+ * PQclear()s it) or NULL. */
 static PGresult *
-insert_codes(struct pool *p, char (*codes)[CODES_GEN_SIZE], long long n, char *errstr,
-             size_t errstr_size)
+insert_codes(struct pool *p, char (*codes)[CODES_GEN_SIZE], long long n, long long nreserve,
+             char *errstr, size_t errstr_size)
 {
 	size_t cap = (size_t)n * (CODES_GEN_SIZE + 1) + 3;
 	char *arr = malloc(cap), *w = arr;
-	const char *params[1];
+	char nres[24];
+	const char *params[2] = { NULL, nres };
 	PGconn *c;
 	PGresult *r;
 
@@ -142,24 +149,28 @@ insert_codes(struct pool *p, char (*codes)[CODES_GEN_SIZE], long long n, char *e
 	*w++ = '}';
 	*w = '\0';
 	params[0] = arr;
+	snprintf(nres, sizeof(nres), "%lld", nreserve);
 	if ((c = pgpool_get(p->pg, 5000, errstr, errstr_size)) == NULL) {
 		free(arr);
 		return NULL;
 	}
 	r = pgpool_exec(c, "INSERT INTO unique_code (code, status, type) "
-	    "SELECT unnest($1::text[]), 0, 0 ON CONFLICT (code) DO NOTHING RETURNING code",
-	    1, params, NULL, errstr, errstr_size);
+	    "SELECT t.code, CASE WHEN t.n <= $2::bigint THEN 0 ELSE 2 END, 0 "
+	    "FROM unnest($1::text[]) WITH ORDINALITY AS t(code, n) "
+	    "ON CONFLICT (code) DO NOTHING RETURNING code, status",
+	    2, params, NULL, errstr, errstr_size);
 	pgpool_put(p->pg, c);
 	free(arr);
 	return r;
 }
 
-/* Unused pooled codes in PostgreSQL, or -1. */
+/* Unused codes of the pool's length in PostgreSQL (the reserve), counted up
+ * to at most, or -1. */
 static long long
-pg_unused(struct pool *p)
+pg_unused(struct pool *p, long long at_most)
 {
-	char len[8], errstr[256];
-	const char *params[1] = { len };
+	char len[8], lim[24], errstr[256];
+	const char *params[2] = { len, lim };
 	PGconn *c = pgpool_get(p->pg, 5000, errstr, sizeof(errstr));
 	PGresult *r;
 	long long n = -1;
@@ -167,8 +178,10 @@ pg_unused(struct pool *p)
 	if (c == NULL)
 		return -1;
 	snprintf(len, sizeof(len), "%d", p->length);
-	r = pgpool_exec(c, "SELECT count(*) FROM unique_code WHERE status = 0 AND type = 0 "
-	    "AND length(code) = $1::int", 1, params, NULL, errstr, sizeof(errstr));
+	snprintf(lim, sizeof(lim), "%lld", at_most);
+	r = pgpool_exec(c, "SELECT count(*) FROM (SELECT 1 FROM unique_code WHERE status = 0 "
+	    "AND type = 0 AND length(code) = $1::int LIMIT $2::bigint) s",
+	    2, params, NULL, errstr, sizeof(errstr));
 	pgpool_put(p->pg, c);
 	if (r != NULL) {
 		n = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
@@ -181,7 +194,8 @@ long long
 pool_refill(struct pool *p, char *errstr, size_t errstr_size)
 {
 	char (*codes)[CODES_GEN_SIZE];
-	long long n = 0, added, size = -1;
+	long long n = 0, added, pooled = 0, size = -1, want = 0, nreserve = 0;
+	time_t now = time(NULL);
 	redisReply *r;
 	PGresult *res;
 
@@ -190,16 +204,32 @@ pool_refill(struct pool *p, char *errstr, size_t errstr_size)
 		freeReplyObject(r);
 	}
 	atomic_store(&p->size, size);
-	if (size >= p->low_water)
+	if (size < 0) {
+		/* Redis down: keep unused codes in PostgreSQL for the fallback. */
+		if (pg_unused(p, p->batch) >= p->batch)
+			return 0;
+		want = nreserve = p->batch;
+	} else {
+		if (size < p->low_water)
+			want = p->batch;
+		/* The reserve is counted when the set is refilled anyway, or
+		 * every 30 s (a Redis outage may have used it up). */
+		if (p->reserve > 0 && (want > 0 || now - p->reserve_checked >= 30)) {
+			long long unused = pg_unused(p, p->reserve);
+
+			p->reserve_checked = now;
+			if (unused >= 0 && unused < p->reserve)
+				nreserve = p->reserve - unused < p->batch ? p->reserve - unused : p->batch;
+		}
+		want += nreserve;
+	}
+	if (want == 0)
 		return 0;
-	/* Redis down: still keep unused codes in PostgreSQL for the fallback. */
-	if (size < 0 && pg_unused(p) >= p->batch)
-		return 0;
-	if ((codes = calloc((size_t)p->batch, sizeof(*codes))) == NULL) {
+	if ((codes = calloc((size_t)want, sizeof(*codes))) == NULL) {
 		snprintf(errstr, errstr_size, "out of memory");
 		return -1;
 	}
-	for (long long i = 0; i < p->batch; i++) {
+	for (long long i = 0; i < want; i++) {
 		if (codes_random(p->length, codes[n], errstr, errstr_size) < 0) {
 			free(codes);
 			return -1;
@@ -208,21 +238,20 @@ pool_refill(struct pool *p, char *errstr, size_t errstr_size)
 			continue;
 		n++;
 	}
-	res = insert_codes(p, codes, n, errstr, errstr_size);
+	res = insert_codes(p, codes, n, nreserve, errstr, errstr_size);
 	free(codes);
 	if (res == NULL)
 		return -1;
 	added = PQntuples(res);
 	for (int i = 0; i < PQntuples(res) && p->bloom != NULL; i++)
 		bloom_add(p->bloom, PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0));
-	/* Mirror into Redis in chunks. */
-	for (int i = 0; size >= 0 && i < PQntuples(res); i += 1000) {
-		int m = PQntuples(res) - i < 1000 ? PQntuples(res) - i : 1000;
-		const char **argv = calloc((size_t)m + 2, sizeof(char *));
-		size_t *lens = calloc((size_t)m + 2, sizeof(size_t));
+	/* Mirror the pooled ones (status 2) into Redis in chunks. */
+	for (int i = 0; size >= 0 && i < PQntuples(res); ) {
+		const char **argv = calloc(1000 + 2, sizeof(char *));
+		size_t *lens = calloc(1000 + 2, sizeof(size_t));
 		const char *const *cargv;
 		const size_t *clens;
-		int argc = m + 2;
+		int argc = 2;
 		redisReply *rep;
 
 		if (argv == NULL || lens == NULL) {
@@ -234,22 +263,29 @@ pool_refill(struct pool *p, char *errstr, size_t errstr_size)
 		lens[0] = 4;
 		argv[1] = p->key;
 		lens[1] = strlen(p->key);
-		for (int j = 0; j < m; j++) {
-			argv[j + 2] = PQgetvalue(res, i + j, 0);
-			lens[j + 2] = (size_t)PQgetlength(res, i + j, 0);
+		for (; i < PQntuples(res) && argc < 1000 + 2; i++) {
+			if (strcmp(PQgetvalue(res, i, 1), "2") != 0)
+				continue;
+			argv[argc] = PQgetvalue(res, i, 0);
+			lens[argc++] = (size_t)PQgetlength(res, i, 0);
 		}
 		cargv = argv;
 		clens = lens;
-		kv_pipeline(p->kv, 1, &argc, &cargv, &clens, &rep);
-		if (rep != NULL)
+		rep = NULL;
+		if (argc > 2)
+			kv_pipeline(p->kv, 1, &argc, &cargv, &clens, &rep);
+		if (rep != NULL) {
+			pooled += argc - 2;
 			freeReplyObject(rep);
+		}
 		free(argv);
 		free(lens);
 	}
 	PQclear(res);
 	if (size >= 0)
-		atomic_store(&p->size, size + added);
-	log_debug("pool: added %lld codes of length %d (set had %lld)", added, p->length, size);
+		atomic_store(&p->size, size + pooled);
+	log_debug("pool: added %lld codes of length %d, %lld to the set (it had %lld)", added,
+	    p->length, pooled, size);
 	return added;
 }
 

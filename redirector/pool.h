@@ -1,5 +1,5 @@
 /* pool.h - the random-code pool (seed 000): codes from a CSPRNG are stored in
- * unique_code (status 0) and mirrored in a Redis set; creation pops one
+ * unique_code (status 2) and mirrored in a Redis set; creation pops one
  * (SPOP). A background thread tops the set up below a low-water mark. */
 #ifndef LP_POOL_H
 #define LP_POOL_H
@@ -12,9 +12,13 @@
 
 struct pool;
 
-/* Borrows pg, kv and bloom. length: code length of pooled codes. */
+/* Borrows pg, kv and bloom. length: code length of pooled codes; batch:
+ * codes per refill round; reserve: unused codes (status 0) kept in
+ * PostgreSQL only, for creation while Redis is down (topped up at most batch
+ * a round). */
 struct pool *pool_new(struct pgpool *pg, struct kv *kv, struct bloom *bloom, int length,
-                      long long low_water, long long batch, char *errstr, size_t errstr_size);
+                      long long low_water, long long batch, long long reserve, char *errstr,
+                      size_t errstr_size);
 /* Starts the refill thread. */
 int pool_start(struct pool *p, char *errstr, size_t errstr_size);
 /* Stops the refill thread and frees. */

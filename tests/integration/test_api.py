@@ -66,7 +66,8 @@ def test_create_get_redirect(api):
     row = api.pg.psql(f"SELECT long_url, long_url_md5 = md5(long_url), deleted FROM url_link "
                       f"WHERE code = '{link['code']}'")
     assert row == "https://example.com/a?b=1|t|0"
-    assert api.pg.psql(f"SELECT status FROM unique_code WHERE code = '{link['code']}'") == "1"
+    # a pooled code (status 2, 0012): url_link's unique code is its claim
+    assert api.pg.psql(f"SELECT status FROM unique_code WHERE code = '{link['code']}'") == "2"
 
 
 def test_dedupe_returns_existing(api):
@@ -215,7 +216,7 @@ def test_bulk_in_order_with_errors(api):
 def test_bulk_set_based_dedupe_and_fields(api):
     """The set-based path: duplicates inside one request, dedupe against
     links in PostgreSQL (Redis cache flushed) and in Redis, per-item fields
-    and tags, and every created code claimed in unique_code."""
+    and tags, and every created code registered in unique_code."""
     first = api.create(url="https://example.com/exists").json()
     api.redis.cli("DEL", f"lp:link:{first['code']}", "lp:md5code")
     second = api.create(url="https://example.com/cached").json()
@@ -244,9 +245,15 @@ def test_bulk_set_based_dedupe_and_fields(api):
     codes = [x["link"]["code"] for x in res if x["status"] == 201]
     assert len(set(codes)) == len(codes) == 297
     assert api.pg.psql("SELECT count(*) FROM url_link") == "299"
-    # every link's code is claimed (status 1) in unique_code, none left unused
+    # every link's code is in unique_code, pooled (2) or used (1), none in the reserve
     assert api.pg.psql("SELECT count(*) FROM url_link l LEFT JOIN unique_code u "
-                       "ON u.code = l.code WHERE u.status IS DISTINCT FROM 1") == "0"
+                       "ON u.code = l.code WHERE u.status IS NULL OR u.status NOT IN (1, 2)") \
+        == "0"
+    # the pool's codes went to Redis, the reserve's did not
+    assert int(api.pg.psql("SELECT count(*) FROM unique_code WHERE status = 0")) >= 1000
+    pooled = set(api.redis.cli("SMEMBERS", "lp:pool:6").split())
+    reserve = set(api.pg.psql("SELECT code FROM unique_code WHERE status = 0").split())
+    assert pooled and not pooled & reserve
     g = api.req("GET", "/" + res[7]["link"]["code"])
     assert (g.status_code, g.headers["Location"]) == (302, "https://example.com/s7")
 
@@ -263,7 +270,10 @@ def test_bulk_when_pool_runs_dry(procs, pg, redis):
     codes = {x["link"]["code"] for x in res}
     assert len(codes) == 1000 and all(len(c) == 6 for c in codes)
     assert api.pg.psql("SELECT count(*) FROM url_link l JOIN unique_code u USING (code) "
-                       "WHERE u.status = 1") == "1000"
+                       "WHERE u.status IN (1, 2)") == "1000"
+    # most were generated inline (status 1), the rest came from the tiny pool (2)
+    assert int(api.pg.psql("SELECT count(*) FROM url_link l JOIN unique_code u USING (code) "
+                           "WHERE u.status = 1")) >= 900
 
 
 def test_concurrent_singles_batched(api):
@@ -420,7 +430,9 @@ def test_pool_concurrent_no_duplicates(api):
         codes = [c for chunk in ex.map(work, range(16)) for c in chunk]
     assert len(codes) == 960 and len(set(codes)) == 960
     assert api.pg.psql("SELECT count(*), count(DISTINCT code) FROM url_link") == "960|960"
-    assert api.pg.psql("SELECT count(*) FROM unique_code WHERE status = 1") == "960"
+    # each code a pooled one (status 2) taken by exactly one link
+    assert api.pg.psql("SELECT count(*) FROM url_link l JOIN unique_code u USING (code) "
+                       "WHERE u.status = 2") == "960"
 
 
 def test_create_with_redis_stopped(api):
@@ -448,7 +460,7 @@ def test_create_with_redis_stopped(api):
     assert st == [201] * 80
     assert api.pg.psql("SELECT count(*) = count(DISTINCT code) FROM url_link") == "t"
     assert api.pg.psql("SELECT count(*) FROM url_link l LEFT JOIN unique_code u USING (code) "
-                       "WHERE u.status IS DISTINCT FROM 1") == "0"
+                       "WHERE u.status IS NULL OR u.status NOT IN (1, 2)") == "0"
 
 
 def test_health(api):
