@@ -18,6 +18,9 @@ struct linkbatch_item {
 	int rc;                    /* 0 created or deduped, -1 failed (err) */
 	json_t *out;               /* the link; the caller owns it when rc == 0 */
 	int created;               /* 1 new link (201), 0 existing one (200) */
+	int bulk;                  /* set by the caller: an item of a bulk request,
+	                            * whose link record is not written to Redis
+	                            * (its first redirect caches it) */
 	struct links_err err;
 	/* private */
 	char md5[33];

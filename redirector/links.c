@@ -727,6 +727,7 @@ links_create_bulk(struct links *L, json_t *items, long long key_id, struct links
 		if (linkbatch_eligible(L, &f[i])) {
 			bi[nb].f = &f[i];
 			bi[nb].key_id = key_id;
+			bi[nb].bulk = 1;
 			bp[nb] = &bi[nb];
 			at[nb++] = i;
 		} else {

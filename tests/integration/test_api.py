@@ -254,8 +254,14 @@ def test_bulk_set_based_dedupe_and_fields(api):
     pooled = set(api.redis.cli("SMEMBERS", "lp:pool:6").split())
     reserve = set(api.pg.psql("SELECT code FROM unique_code WHERE status = 0").split())
     assert pooled and not pooled & reserve
-    g = api.req("GET", "/" + res[7]["link"]["code"])
+    # bulk items' link records are not written to Redis; the first redirect
+    # loads the link from PostgreSQL and caches it
+    c7 = res[7]["link"]["code"]
+    assert api.redis.cli("EXISTS", f"lp:link:{c7}") == "0"
+    assert api.redis.cli("HGET", "lp:md5code", res[7]["link"]["long_url_md5"]) == c7
+    g = api.req("GET", "/" + c7)
     assert (g.status_code, g.headers["Location"]) == (302, "https://example.com/s7")
+    assert json.loads(api.redis.cli("GET", f"lp:link:{c7}"))["code"] == c7
 
 
 def test_bulk_when_pool_runs_dry(procs, pg, redis):
