@@ -516,15 +516,23 @@ out:
 		free(arr[a].p);
 }
 
-/* Caches new and deduped links (SET lp:link:<code>, not for bulk items: a
- * JSON dump and a Redis write per link were a third of a bulk create's CPU
- * outside PostgreSQL, and the first redirect caches the record; HSET
- * lp:md5code for all) and returns unused codes to the pool, in one pipeline. */
+/* 1 when the item ends with a link of its own to cache (created or deduped,
+ * not a repeat of an earlier item). */
+static int
+has_link(const struct linkbatch_item *it)
+{
+	return it->rc == 0 && it->out != NULL && it->state != ST_DUP;
+}
+
+/* Caches new and deduped links (HSET lp:md5code; SET lp:link:<code> only with
+ * cache_records: for bulk items a JSON dump and a Redis write per link were a
+ * third of a create's CPU outside PostgreSQL, and the first redirect caches
+ * the record) and returns unused codes to the pool, in one pipeline. */
 static void
 redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unused,
-             size_t nunused)
+             size_t nunused, int cache_records)
 {
-	size_t ncache = 0, nmd5 = 0, ncmd, c = 0, nback = nunused;
+	size_t ncache, nmd5 = 0, ncmd, c = 0, nback = nunused;
 	const char ***argv;
 	size_t **lens;
 	int *argc;
@@ -535,13 +543,11 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 	if (!kv_up(L->kv))
 		return;
 	for (size_t i = 0; i < n; i++) {
-		if (it[i]->rc == 0 && it[i]->out != NULL && it[i]->state != ST_DUP) {
-			nmd5++;
-			ncache += !it[i]->bulk;
-		}
+		nmd5 += has_link(it[i]);
 		if (it[i]->state == ST_DONE_PG && it[i]->src == SRC_POOL)
 			nback++;
 	}
+	ncache = cache_records ? nmd5 : 0;
 	ncmd = ncache + (nmd5 > 0) + (nback > 0);
 	if (ncmd == 0)
 		return;
@@ -555,11 +561,10 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 	if (argv == NULL || lens == NULL || argc == NULL || rep == NULL || keys == NULL ||
 	    json == NULL)
 		goto out;
-	for (size_t i = 0, k = 0; i < n; i++) {
+	for (size_t i = 0, k = 0; i < n && ncache > 0; i++) {
 		const char *code;
 
-		if (!(it[i]->rc == 0 && it[i]->out != NULL && it[i]->state != ST_DUP) ||
-		    it[i]->bulk)
+		if (!has_link(it[i]))
 			continue;
 		code = json_string_value(json_object_get(it[i]->out, "code"));
 		json[k] = json_dumps(it[i]->out, JSON_COMPACT);
@@ -588,7 +593,7 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 		argv[c][1] = "lp:md5code";
 		argc[c] = 2;
 		for (size_t i = 0; i < n; i++) {
-			if (!(it[i]->rc == 0 && it[i]->out != NULL && it[i]->state != ST_DUP))
+			if (!has_link(it[i]))
 				continue;
 			argv[c][argc[c]++] = json_string_value(json_object_get(it[i]->out, "long_url_md5"));
 			argv[c][argc[c]++] = json_string_value(json_object_get(it[i]->out, "code"));
@@ -637,8 +642,9 @@ out:
 	free(json);
 }
 
-void
-linkbatch_run(struct links *L, struct linkbatch_item **it, size_t n)
+/* linkbatch_run, and the workers' runs of queued singles (cache_records). */
+static void
+run_items(struct links *L, struct linkbatch_item **it, size_t n, int cache_records)
 {
 	char **unused;
 	size_t nunused = 0;
@@ -656,7 +662,7 @@ linkbatch_run(struct links *L, struct linkbatch_item **it, size_t n)
 	mark_duplicates(it, n);
 	unused = redis_round(L, it, n, &nunused);
 	sql_round(L, it, n);
-	redis_finish(L, it, n, unused, nunused);
+	redis_finish(L, it, n, unused, nunused, cache_records);
 	for (size_t i = 0; i < nunused; i++)
 		free(unused[i]);
 	free(unused);
@@ -680,6 +686,12 @@ linkbatch_run(struct links *L, struct linkbatch_item **it, size_t n)
 		if (o->rc == 0 && it[i]->out == NULL)
 			item_fail(it[i], &(struct links_err){ 503, "internal", "", "out of memory" });
 	}
+}
+
+void
+linkbatch_run(struct links *L, struct linkbatch_item **it, size_t n)
+{
+	run_items(L, it, n, 0);
 }
 
 /* ------------------------------------------------ queue of singles */
@@ -712,7 +724,7 @@ worker(void *arg)
 		else
 			pthread_cond_signal(&b->cv); /* more queued: wake another worker */
 		pthread_mutex_unlock(&b->mu);
-		linkbatch_run(b->L, items, n);
+		run_items(b->L, items, n, 1);
 		for (size_t i = 0; i < n; i++)
 			items[i]->done(items[i]->done_arg); /* items[i] may be gone after */
 		pthread_mutex_lock(&b->mu);

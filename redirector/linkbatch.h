@@ -18,9 +18,6 @@ struct linkbatch_item {
 	int rc;                    /* 0 created or deduped, -1 failed (err) */
 	json_t *out;               /* the link; the caller owns it when rc == 0 */
 	int created;               /* 1 new link (201), 0 existing one (200) */
-	int bulk;                  /* set by the caller: an item of a bulk request,
-	                            * whose link record is not written to Redis
-	                            * (its first redirect caches it) */
 	struct links_err err;
 	/* private */
 	char md5[33];
@@ -55,7 +52,9 @@ void linkbatch_enqueue(struct linkbatch *b, struct linkbatch_item *it);
  * created and err are then the result. */
 void linkbatch_wait(struct linkbatch *b, struct linkbatch_item *it);
 
-/* Runs n eligible items now in the caller's thread (bulk requests). */
+/* Runs n eligible items now in the caller's thread (bulk requests). Their
+ * link records are not written to Redis (the first redirect caches each);
+ * queued single creates' are. */
 void linkbatch_run(struct links *L, struct linkbatch_item **items, size_t n);
 
 #endif

@@ -545,6 +545,11 @@ invalidate_code(PGconn *c, const char *code)
 	PQclear(r);
 }
 
+/* The code step of insert_link for a code nothing else needs to claim: an
+ * alias, or a pooled code (status 2, 0012). url_link's unique constraint on
+ * code decides. */
+#define CODE_AS_GIVEN "SELECT $11::text AS code"
+
 /* Chooses the next candidate code for strategy; sets *codesql and *nparams.
  * Returns 1 ready, 0 skip this round (Bloom filter or reserved), -1 error. */
 struct attempt {
@@ -569,7 +574,7 @@ next_code(struct links *L, PGconn *c, enum links_strategy strategy, const struct
 	switch (strategy) {
 	case LINKS_ALIAS:
 		snprintf(a->code, sizeof(a->code), "%s", f->alias);
-		*codesql = "SELECT $11::text AS code";
+		*codesql = CODE_AS_GIVEN;
 		*nparams = 11;
 		return 1;
 	case LINKS_RANDOM:
@@ -579,7 +584,7 @@ next_code(struct links *L, PGconn *c, enum links_strategy strategy, const struct
 				a->from_pool = 1;
 				/* Pooled (status 2): url_link's unique
 				 * constraint on code is the claim. */
-				*codesql = "SELECT $11::text AS code";
+				*codesql = CODE_AS_GIVEN;
 				*nparams = 11;
 			} else {
 				/* Redis down or empty: claim from PostgreSQL. */
@@ -727,7 +732,6 @@ links_create_bulk(struct links *L, json_t *items, long long key_id, struct links
 		if (linkbatch_eligible(L, &f[i])) {
 			bi[nb].f = &f[i];
 			bi[nb].key_id = key_id;
-			bi[nb].bulk = 1;
 			bp[nb] = &bi[nb];
 			at[nb++] = i;
 		} else {

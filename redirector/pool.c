@@ -14,6 +14,7 @@
 #include <time.h>
 
 #define POOL_KEY_FMT "lp:pool:%d"
+#define SADD_CHUNK 1000          /* codes per SADD to the Redis set */
 
 struct pool {
 	struct pgpool *pg;
@@ -245,38 +246,35 @@ pool_refill(struct pool *p, char *errstr, size_t errstr_size)
 	added = PQntuples(res);
 	for (int i = 0; i < PQntuples(res) && p->bloom != NULL; i++)
 		bloom_add(p->bloom, PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0));
-	/* Mirror the pooled ones (status 2) into Redis in chunks. */
-	for (int i = 0; size >= 0 && i < PQntuples(res); ) {
-		const char **argv = calloc(1000 + 2, sizeof(char *));
-		size_t *lens = calloc(1000 + 2, sizeof(size_t));
-		const char *const *cargv;
-		const size_t *clens;
-		int argc = 2;
-		redisReply *rep;
+	/* Mirror the pooled ones (status 2) into Redis, SADD_CHUNK at a time. */
+	if (size >= 0) {
+		const char **argv = calloc(SADD_CHUNK + 2, sizeof(char *));
+		size_t *lens = calloc(SADD_CHUNK + 2, sizeof(size_t));
 
-		if (argv == NULL || lens == NULL) {
-			free(argv);
-			free(lens);
-			break;
+		if (argv != NULL && lens != NULL) {
+			argv[0] = "SADD";
+			lens[0] = 4;
+			argv[1] = p->key;
+			lens[1] = strlen(p->key);
 		}
-		argv[0] = "SADD";
-		lens[0] = 4;
-		argv[1] = p->key;
-		lens[1] = strlen(p->key);
-		for (; i < PQntuples(res) && argc < 1000 + 2; i++) {
-			if (strcmp(PQgetvalue(res, i, 1), "2") != 0)
-				continue;
-			argv[argc] = PQgetvalue(res, i, 0);
-			lens[argc++] = (size_t)PQgetlength(res, i, 0);
-		}
-		cargv = argv;
-		clens = lens;
-		rep = NULL;
-		if (argc > 2)
-			kv_pipeline(p->kv, 1, &argc, &cargv, &clens, &rep);
-		if (rep != NULL) {
-			pooled += argc - 2;
-			freeReplyObject(rep);
+		for (int i = 0; argv != NULL && lens != NULL && i < PQntuples(res); ) {
+			const char *const *cargv = argv;
+			const size_t *clens = lens;
+			int argc = 2;
+			redisReply *rep = NULL;
+
+			for (; i < PQntuples(res) && argc < SADD_CHUNK + 2; i++) {
+				if (strcmp(PQgetvalue(res, i, 1), "2") != 0)
+					continue;
+				argv[argc] = PQgetvalue(res, i, 0);
+				lens[argc++] = (size_t)PQgetlength(res, i, 0);
+			}
+			if (argc > 2)
+				kv_pipeline(p->kv, 1, &argc, &cargv, &clens, &rep);
+			if (rep != NULL) {
+				pooled += argc - 2;
+				freeReplyObject(rep);
+			}
 		}
 		free(argv);
 		free(lens);
