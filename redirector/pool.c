@@ -122,14 +122,24 @@ pool_give_back(struct pool *p, const char *code)
 /* Inserts the candidate codes, the first nreserve unused (status 0: the
  * PostgreSQL reserve), the others pooled (status 2: for the Redis set).
  * Returns the PGresult (code, status) of those that were new (caller
- * PQclear()s it) or NULL. */
+ * PQclear()s it) or NULL. The Bloom filter has screened out the codes this
+ * process knows, so a plain INSERT runs first and the whole batch again with
+ * ON CONFLICT only if a code was taken after all (another redirector's):
+ * ON CONFLICT's pre-check is one more descent of the random code index per
+ * code, and every pooled code is one link's share of the refill's cost. */
+#define INSERT_CODES(ON_CONFLICT) \
+	"INSERT INTO unique_code (code, status, type) " \
+	"SELECT t.code, CASE WHEN t.n <= $2::bigint THEN 0 ELSE 2 END, 0 " \
+	"FROM unnest($1::text[]) WITH ORDINALITY AS t(code, n)" ON_CONFLICT \
+	" RETURNING code, status"
+
 static PGresult *
 insert_codes(struct pool *p, char (*codes)[CODES_GEN_SIZE], long long n, long long nreserve,
              char *errstr, size_t errstr_size)
 {
 	size_t cap = (size_t)n * (CODES_GEN_SIZE + 1) + 3;
 	char *arr = malloc(cap), *w = arr;
-	char nres[24];
+	char nres[24], sqlstate[6] = "";
 	const char *params[2] = { NULL, nres };
 	PGconn *c;
 	PGresult *r;
@@ -155,11 +165,10 @@ insert_codes(struct pool *p, char (*codes)[CODES_GEN_SIZE], long long n, long lo
 		free(arr);
 		return NULL;
 	}
-	r = pgpool_exec(c, "INSERT INTO unique_code (code, status, type) "
-	    "SELECT t.code, CASE WHEN t.n <= $2::bigint THEN 0 ELSE 2 END, 0 "
-	    "FROM unnest($1::text[]) WITH ORDINALITY AS t(code, n) "
-	    "ON CONFLICT (code) DO NOTHING RETURNING code, status",
-	    2, params, NULL, errstr, errstr_size);
+	r = pgpool_exec(c, INSERT_CODES(""), 2, params, sqlstate, errstr, errstr_size);
+	if (r == NULL && strcmp(sqlstate, "23505") == 0)
+		r = pgpool_exec(c, INSERT_CODES(" ON CONFLICT (code) DO NOTHING"), 2, params, NULL,
+		    errstr, errstr_size);
 	pgpool_put(p->pg, c);
 	free(arr);
 	return r;

@@ -282,6 +282,42 @@ def test_bulk_when_pool_runs_dry(procs, pg, redis):
                            "WHERE u.status = 1")) >= 900
 
 
+def test_refill_with_codes_taken_elsewhere(procs, pg, redis):
+    """Codes another redirector generated (unknown to this one's Bloom filter)
+    make the refill's plain INSERT fail; the batch goes again with ON CONFLICT
+    and pools only free codes."""
+    api = start_redirector(procs, pg, redis, {"code_length": 2, "pool_low_water": 200,
+                                              "pool_batch": 300, "pool_pg_reserve": 0})
+    deadline = time.time() + 20
+    while int(api.redis.cli("SCARD", "lp:pool:2") or 0) < 200 and time.time() < deadline:
+        time.sleep(0.1)
+    abc = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    api.pg.psql("INSERT INTO unique_code (code, status, type) SELECT a || b, 1, 0 "
+                f"FROM regexp_split_to_table('{abc}', '') a, regexp_split_to_table('{abc}', '') b "
+                "WHERE NOT EXISTS (SELECT 1 FROM unique_code u WHERE u.code = a || b) "
+                "ORDER BY random() LIMIT 2500")
+    foreign = set(api.pg.psql("SELECT code FROM unique_code WHERE status = 1").split())
+    r = api.req("POST", "/api/v1/links/bulk",
+                {"links": [{"url": f"https://elsewhere.example/{i}"} for i in range(400)]})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert all(x["status"] == 201 for x in res), [x for x in res if x["status"] != 201][:3]
+    codes = {x["link"]["code"] for x in res}
+    # each item its own code (a batch that generates codes itself can draw one
+    # twice from a 3,844-code space: the second item must not report the first's)
+    assert len(codes) == 400 and not codes & foreign
+    deadline = time.time() + 20
+    while int(api.redis.cli("SCARD", "lp:pool:2") or 0) == 0 and time.time() < deadline:
+        time.sleep(0.1)
+    pooled = set(api.redis.cli("SMEMBERS", "lp:pool:2").split())
+    assert pooled and not pooled & foreign and not pooled & codes
+    assert api.pg.psql("SELECT count(*) FROM unique_code WHERE status = 2 AND code = ANY('{%s}')"
+                       % ",".join(pooled)) == str(len(pooled))
+    with open(pg.logfile) as f:
+        assert 'violates unique constraint "unique_code_code_key"' in f.read()
+    assert api.pg.psql("SELECT count(*) = count(DISTINCT code) FROM url_link") == "t"
+
+
 def test_concurrent_singles_batched(api):
     """Single creates from many connections at once go through the batch
     queue: each gets its own link, same-URL requests get one link."""
@@ -439,6 +475,34 @@ def test_pool_concurrent_no_duplicates(api):
     # each code a pooled one (status 2) taken by exactly one link
     assert api.pg.psql("SELECT count(*) FROM url_link l JOIN unique_code u USING (code) "
                        "WHERE u.status = 2") == "960"
+
+
+def test_pool_restored_with_used_codes(api):
+    """Redis back from an old snapshot: its pool set holds codes already in use.
+    url_link's unique code is the claim: every item still gets a code of its
+    own and no link is overwritten or lost (bulk and singles)."""
+    r = api.req("POST", "/api/v1/links/bulk",
+                {"links": [{"url": f"https://example.com/old{i}"} for i in range(300)]})
+    assert r.status_code == 200 and all(x["status"] == 201 for x in r.json()["results"])
+    used = [x["link"]["code"] for x in r.json()["results"]]
+    api.redis.cli("DEL", "lp:pool:6")
+    api.redis.cli("SADD", "lp:pool:6", *used)
+    r = api.req("POST", "/api/v1/links/bulk",
+                {"links": [{"url": f"https://example.com/new{i}"} for i in range(300)]})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert all(x["status"] == 201 for x in res), res[:3]
+    new = [x["link"]["code"] for x in res]
+    assert len(set(new)) == 300 and not set(new) & set(used)
+    api.redis.cli("SADD", "lp:pool:6", *used[:50])
+    for i in range(20):
+        r = api.create(url=f"https://example.com/single{i}")
+        assert r.status_code == 201, r.text
+        assert r.json()["code"] not in used
+    assert api.pg.psql("SELECT count(*), count(DISTINCT code) FROM url_link") == "620|620"
+    # the old links still point where they did
+    assert api.pg.psql("SELECT count(*) FROM url_link WHERE code = ANY('{%s}') "
+                       "AND long_url LIKE 'https://example.com/old%%'" % ",".join(used)) == "300"
 
 
 def test_create_with_redis_stopped(api):
