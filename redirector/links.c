@@ -1007,7 +1007,7 @@ links_list(struct links *L, const char *tag, long long limit, const char *cursor
 	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL)
 		return links_db_fail(err, errstr);
 	r = pgpool_exec(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.deleted = 0 "
-	    "AND ($1::text IS NULL OR l.tags @> ARRAY[$1::text]) "
+	    "AND ($1::text IS NULL OR (l.tags @> ARRAY[$1::text] AND l.tags <> '{}')) "
 	    "AND ($2::bigint IS NULL OR l.id < $2::bigint) ORDER BY l.id DESC LIMIT $3::int",
 	    3, params, NULL, errstr, sizeof(errstr));
 	pgpool_put(L->pg, c);

@@ -521,7 +521,7 @@ query_link_ids(struct query *q, const char *tag, int include_empty, long long **
 	PGresult *r;
 
 	if (tag != NULL)
-		sql = "SELECT id FROM url_link WHERE tags @> ARRAY[$1] ORDER BY code";
+		sql = "SELECT id FROM url_link WHERE tags @> ARRAY[$1] AND tags <> '{}' ORDER BY code";
 	else if (include_empty)
 		sql = "SELECT id FROM url_link ORDER BY code";
 	else

@@ -434,6 +434,23 @@ def test_list_keyset_pagination(api):
     assert api.req("GET", "/api/v1/links?limit=0").status_code == 400
 
 
+def test_link_indexes_used(api):
+    """0013: dedupe probes find links through the hash index on the MD5, and
+    listing by tag through the partial GIN index."""
+    r = api.create(url="https://example.com/idx", tags=["idx"])
+    assert r.status_code == 201, r.text
+    md5 = r.json()["long_url_md5"]
+    plan = api.pg.psql("SET enable_seqscan = off; EXPLAIN SELECT id FROM url_link "
+                       f"WHERE long_url_md5 = '{md5}' AND deleted = 0")
+    assert "url_link_md5_idx" in plan, plan
+    plan = api.pg.psql("SET enable_seqscan = off; EXPLAIN SELECT id FROM url_link "
+                       "WHERE tags @> ARRAY['idx'] AND tags <> '{}'")
+    assert "url_link_tags_idx" in plan, plan
+    r = api.req("GET", "/api/v1/links?tag=idx")
+    assert [x["code"] for x in r.json()["links"]] == [api.req("GET", "/api/v1/links").json()
+                                                       ["links"][0]["code"]]
+
+
 def test_hash_strategy_collisions(api):
     """length 1 has 62 codes: candidates collide quickly, salted retries go on."""
     codes = set()
