@@ -409,7 +409,10 @@ out:
  * code (ON CONFLICT DO NOTHING: no row back, the item falls back). The fast
  * one runs first: ON CONFLICT's pre-check is one more descent of the random
  * code index per link, ~19% of PostgreSQL's CPU per bulk link at 1.4M links,
- * and a taken pooled code only happens after Redis came back with old data. */
+ * and a taken pooled code only happens after Redis came back with old data.
+ * Rows go in in code order, as the pool's refill inserts them, so that two
+ * inserts waiting on each other's codes cannot deadlock; a deadlock reported
+ * anyway (40P01) runs the batch again once. */
 #define BATCH_SQL(ON_CONFLICT) \
     "WITH i AS (SELECT * FROM unnest($2::int[], $3::text[], $4::text[], $5::bpchar[], " \
     "$6::smallint[], $7::timestamptz[], $8::timestamptz[], $9::bigint[], $10::text[], " \
@@ -420,7 +423,7 @@ out:
     "AND l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL " \
     "AND l.max_visits IS NULL AND l.strategy <> 3 ORDER BY l.id LIMIT 1) e WHERE i.dedupe), " \
     "cn AS (INSERT INTO unique_code (code, status, type) SELECT i.code, 1, 0 FROM i " \
-    "WHERE i.src = 1 AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) " \
+    "WHERE i.src = 1 AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) ORDER BY i.code COLLATE \"C\" " \
     "ON CONFLICT (code) DO NOTHING RETURNING code), " \
     "rb AS (UPDATE unique_code u SET status = 0, update_time = now() FROM i JOIN ex USING (idx) " \
     "WHERE i.src = 2 AND u.code = i.code), " \
@@ -430,7 +433,7 @@ out:
     "redirect_type, valid_since, expires_at, max_visits, tags, creator, updater) " \
     "SELECT i.code, $1 || '/' || i.code, i.long_url, i.md5, 0, i.rt, i.vs, i.ea, i.mv, " \
     "coalesce(i.tags::text[], '{}'), nullif(i.creator, 0), nullif(i.creator, 0) " \
-    "FROM i JOIN c ON c.code = i.code" ON_CONFLICT " RETURNING *) " \
+    "FROM i JOIN c ON c.code = i.code ORDER BY i.code COLLATE \"C\"" ON_CONFLICT " RETURNING *) " \
     "SELECT 1, i.idx, " LINK_COLS_NEW " FROM ins l JOIN i ON i.code = l.code " \
     "UNION ALL SELECT 0, ex.idx, " LINK_COLS " FROM ex JOIN url_link l ON l.id = ex.id"
 
@@ -536,7 +539,7 @@ sql_round(struct links *L, struct linkbatch_item **it, size_t n)
 	}
 	r = pgpool_exec_prepared(c, "lp_link_batch_fast", batch_sql_fast, 1 + A_N, params,
 	    sqlstate, errstr, sizeof(errstr));
-	if (r == NULL && strcmp(sqlstate, "23505") == 0)
+	if (r == NULL && (strcmp(sqlstate, "23505") == 0 || strcmp(sqlstate, "40P01") == 0))
 		r = pgpool_exec_prepared(c, "lp_link_batch", batch_sql, 1 + A_N, params, NULL,
 		    errstr, sizeof(errstr));
 	pgpool_put(L->pg, c);
@@ -721,7 +724,11 @@ run_items(struct links *L, struct linkbatch_item **it, size_t n, int cache_recor
 		if (it[i]->state == ST_FALLBACK)
 			it[i]->rc = links_create_fields(L, it[i]->f, it[i]->key_id, &it[i]->out,
 			    &it[i]->created, &it[i]->err);
-		else if (it[i]->rc == 0 && it[i]->created && L->bloom != NULL)
+		else if (it[i]->rc == 0 && it[i]->created && it[i]->src != SRC_POOL &&
+		    L->bloom != NULL)
+			/* A popped code went into the filter when the refill
+			 * generated it (here, or in another redirector, whose
+			 * codes the database constraint settles anyway). */
 			bloom_add(L->bloom, it[i]->code, strlen(it[i]->code));
 	}
 	for (size_t i = 0; i < n; i++) {

@@ -126,11 +126,13 @@ pool_give_back(struct pool *p, const char *code)
  * process knows, so a plain INSERT runs first and the whole batch again with
  * ON CONFLICT only if a code was taken after all (another redirector's):
  * ON CONFLICT's pre-check is one more descent of the random code index per
- * code, and every pooled code is one link's share of the refill's cost. */
+ * code, and every pooled code is one link's share of the refill's cost.
+ * Codes go in in code order, as creation's batches insert theirs (no
+ * deadlock between them); a deadlock reported anyway runs it again once. */
 #define INSERT_CODES(ON_CONFLICT) \
 	"INSERT INTO unique_code (code, status, type) " \
 	"SELECT t.code, CASE WHEN t.n <= $2::bigint THEN 0 ELSE 2 END, 0 " \
-	"FROM unnest($1::text[]) WITH ORDINALITY AS t(code, n)" ON_CONFLICT \
+	"FROM unnest($1::text[]) WITH ORDINALITY AS t(code, n) ORDER BY t.code COLLATE \"C\"" ON_CONFLICT \
 	" RETURNING code, status"
 
 static PGresult *
@@ -166,7 +168,7 @@ insert_codes(struct pool *p, char (*codes)[CODES_GEN_SIZE], long long n, long lo
 		return NULL;
 	}
 	r = pgpool_exec(c, INSERT_CODES(""), 2, params, sqlstate, errstr, errstr_size);
-	if (r == NULL && strcmp(sqlstate, "23505") == 0)
+	if (r == NULL && (strcmp(sqlstate, "23505") == 0 || strcmp(sqlstate, "40P01") == 0))
 		r = pgpool_exec(c, INSERT_CODES(" ON CONFLICT (code) DO NOTHING"), 2, params, NULL,
 		    errstr, errstr_size);
 	pgpool_put(p->pg, c);
