@@ -120,37 +120,51 @@ links_free(struct links *L)
 
 /* ------------------------------------------------------------ JSON out */
 
+/* Column c of row i as a JSON string: checked UTF-8 (user text), or not
+ * (ascii: codes, hex, timestamps PostgreSQL formatted). NULL as null. */
 static json_t *
-text_or_null(PGresult *r, int row, int col)
+col_string(PGresult *r, int i, int c, int ascii)
 {
-	return PQgetisnull(r, row, col) ? json_null() : json_string(PQgetvalue(r, row, col));
+	if (PQgetisnull(r, i, c))
+		return json_null();
+	return ascii ? json_stringn_nocheck(PQgetvalue(r, i, c), (size_t)PQgetlength(r, i, c)) :
+	    json_stringn(PQgetvalue(r, i, c), (size_t)PQgetlength(r, i, c));
 }
 
+/* Built field by field rather than with json_pack (format parsing, UTF-8
+ * checks of keys and ASCII values): a bulk create builds 1,000 of these,
+ * and json_pack was a sixth of the redirector's CPU per bulk link. */
 json_t *
 links_row_json_at(PGresult *r, int i, int off)
 {
-	json_t *tags = json_loads(PQgetvalue(r, i, off + 10), 0, NULL);
+	const char *tagtext = PQgetvalue(r, i, off + 10);
+	json_t *o = json_object(), *tags;
 	int strategy = atoi(PQgetvalue(r, i, off + 5));
 
-	return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:i, s:o, s:o, s:o, s:o, s:b, s:b, "
-	    "s:s, s:s, s:I}",
-	    "id", (json_int_t)strtoll(PQgetvalue(r, i, off + 0), NULL, 10),
-	    "code", PQgetvalue(r, i, off + 1),
-	    "short_url", PQgetvalue(r, i, off + 2),
-	    "long_url", PQgetvalue(r, i, off + 3),
-	    "long_url_md5", PQgetvalue(r, i, off + 4),
-	    "strategy", strategy >= 0 && strategy <= 3 ? strategy_names[strategy] : "random",
-	    "redirect_type", atoi(PQgetvalue(r, i, off + 6)),
-	    "valid_since", text_or_null(r, i, off + 7),
-	    "expires_at", text_or_null(r, i, off + 8),
-	    "max_visits", PQgetisnull(r, i, off + 9) ? json_null() :
-	        json_integer(strtoll(PQgetvalue(r, i, off + 9), NULL, 10)),
-	    "tags", tags ? tags : json_array(),
-	    "disabled", PQgetvalue(r, i, off + 11)[0] == 't',
-	    "deleted", atoi(PQgetvalue(r, i, off + 12)) != 0,
-	    "created_at", PQgetvalue(r, i, off + 13),
-	    "updated_at", PQgetvalue(r, i, off + 14),
-	    "hits", (json_int_t)strtoll(PQgetvalue(r, i, off + 15), NULL, 10));
+	if (o == NULL)
+		return NULL;
+	tags = strcmp(tagtext, "[]") == 0 ? json_array() : json_loads(tagtext, 0, NULL);
+	json_object_set_new_nocheck(o, "id",
+	    json_integer(strtoll(PQgetvalue(r, i, off + 0), NULL, 10)));
+	json_object_set_new_nocheck(o, "code", col_string(r, i, off + 1, 1));
+	json_object_set_new_nocheck(o, "short_url", col_string(r, i, off + 2, 0));
+	json_object_set_new_nocheck(o, "long_url", col_string(r, i, off + 3, 0));
+	json_object_set_new_nocheck(o, "long_url_md5", col_string(r, i, off + 4, 1));
+	json_object_set_new_nocheck(o, "strategy", json_string_nocheck(
+	    strategy >= 0 && strategy <= 3 ? strategy_names[strategy] : "random"));
+	json_object_set_new_nocheck(o, "redirect_type", json_integer(atoi(PQgetvalue(r, i, off + 6))));
+	json_object_set_new_nocheck(o, "valid_since", col_string(r, i, off + 7, 1));
+	json_object_set_new_nocheck(o, "expires_at", col_string(r, i, off + 8, 1));
+	json_object_set_new_nocheck(o, "max_visits", PQgetisnull(r, i, off + 9) ? json_null() :
+	    json_integer(strtoll(PQgetvalue(r, i, off + 9), NULL, 10)));
+	json_object_set_new_nocheck(o, "tags", tags ? tags : json_array());
+	json_object_set_new_nocheck(o, "disabled", json_boolean(PQgetvalue(r, i, off + 11)[0] == 't'));
+	json_object_set_new_nocheck(o, "deleted", json_boolean(atoi(PQgetvalue(r, i, off + 12)) != 0));
+	json_object_set_new_nocheck(o, "created_at", col_string(r, i, off + 13, 1));
+	json_object_set_new_nocheck(o, "updated_at", col_string(r, i, off + 14, 1));
+	json_object_set_new_nocheck(o, "hits",
+	    json_integer(strtoll(PQgetvalue(r, i, off + 15), NULL, 10)));
+	return o;
 }
 
 static json_t *

@@ -24,15 +24,18 @@ struct links {
 
 /* Columns every link query returns, in this order (see links_row_json);
  * the url_link row must be aliased l. */
-#define LINK_COLS_HEAD                                                                 \
+#define LINK_COLS_BASE                                                                 \
 	"l.id, l.code, l.short_url, l.long_url, l.long_url_md5, l.strategy, "          \
 	"l.redirect_type, to_json(l.valid_since)#>>'{}', to_json(l.expires_at)#>>'{}', " \
-	"l.max_visits, array_to_json(l.tags), l.disabled, l.deleted, "                  \
-	"to_json(l.create_time)#>>'{}', to_json(l.update_time)#>>'{}', "
+	"l.max_visits, array_to_json(l.tags), l.disabled, l.deleted, "
 #define LINK_COLS                                                                      \
-	LINK_COLS_HEAD "coalesce((SELECT t.visits FROM link_total t WHERE t.url_link_id = l.id), 0)"
-/* LINK_COLS of a link inserted by the same statement: no visit can count yet. */
-#define LINK_COLS_NEW LINK_COLS_HEAD "0"
+	LINK_COLS_BASE "to_json(l.create_time)#>>'{}', to_json(l.update_time)#>>'{}', "   \
+	"coalesce((SELECT t.visits FROM link_total t WHERE t.url_link_id = l.id), 0)"
+/* LINK_COLS of a link inserted by the same statement: created and updated at
+ * now() (the column defaults; formatted once per statement, not twice per
+ * row), and no visit can count yet. */
+#define LINK_COLS_NEW                                                                  \
+	LINK_COLS_BASE "(SELECT to_json(now())#>>'{}'), (SELECT to_json(now())#>>'{}'), 0"
 #define LINK_NCOLS 16
 
 /* The fields a create or patch request may set, checked and in text form

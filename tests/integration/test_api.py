@@ -59,6 +59,9 @@ def test_create_get_redirect(api):
     assert link["tags"] == ["spring", "sms"] and link["hits"] == 0
     g = api.req("GET", "/api/v1/links/" + link["code"])
     assert g.status_code == 200 and g.json()["long_url"] == "https://example.com/a?b=1"
+    # the created link as the create answered it is the link as stored
+    assert {k: v for k, v in g.json().items()} == link
+    assert link["created_at"] == link["updated_at"] and link["created_at"].endswith("+00:00")
     rr = api.req("GET", "/" + link["code"])
     assert (rr.status_code, rr.headers["Location"]) == (302, "https://example.com/a?b=1")
     rq = api.req("GET", "/?" + link["code"])
@@ -238,6 +241,8 @@ def test_bulk_set_based_dedupe_and_fields(api):
     assert res[30]["status"] == 200 and res[30]["link"]["code"] == second["code"]
     assert res[40]["status"] == 201 and res[40]["link"]["code"] != res[5]["link"]["code"]
     assert res[60]["status"] == 201 and res[60]["link"]["redirect_type"] == 307
+    for k in (5, 50, 299):  # created items answer with the link as stored
+        assert api.req("GET", "/api/v1/links/" + res[k]["link"]["code"]).json() == res[k]["link"]
     t = res[50]["link"]
     assert (t["tags"], t["max_visits"], t["redirect_type"]) == \
         (["q\"uote", "back\\slash", "a,b"], 7, 301)
