@@ -244,12 +244,14 @@ pg_claim(struct links *L, struct linkbatch_item **it, size_t n)
 	PQclear(r);
 }
 
-/* One pipeline: HMGET the MD5 map for dedupe items, SPOP codes for all the
- * others. Items whose cached link dedupes are finished here; the rest get a
- * code (ST_CODE) or, when the pool is short or Redis is down, ST_FALLBACK.
- * Returns the popped codes nobody used (caller frees; count in *nunused). */
+/* One pipeline: HMGET the MD5 map for dedupe items (warm runs only: a bulk
+ * run's items dedupe against PostgreSQL alone, see run_items), SPOP codes
+ * for all the others. Items whose cached link dedupes are finished here; the
+ * rest get a code (ST_CODE) or, when the pool is short or Redis is down,
+ * ST_FALLBACK. Returns the popped codes nobody used (caller frees; count in
+ * *nunused). */
 static char **
-redis_round(struct links *L, struct linkbatch_item **it, size_t n, size_t *nunused)
+redis_round(struct links *L, struct linkbatch_item **it, size_t n, size_t *nunused, int warm)
 {
 	size_t nd = 0, need = 0, k, ncodes = 0, hit = 0;
 	const char **a0 = NULL, **a1 = NULL;
@@ -263,7 +265,7 @@ redis_round(struct links *L, struct linkbatch_item **it, size_t n, size_t *nunus
 		if (it[i]->state != ST_NEW)
 			continue;
 		need++;
-		nd += it[i]->dedupe;
+		nd += warm && it[i]->dedupe;
 	}
 	if (need == 0)
 		return NULL;
@@ -276,7 +278,7 @@ redis_round(struct links *L, struct linkbatch_item **it, size_t n, size_t *nunus
 		goto fallback;
 	a0[0] = "HMGET";
 	a0[1] = "lp:md5code";
-	for (size_t i = 0, j = 0; i < n; i++)
+	for (size_t i = 0, j = 0; i < n && nd > 0; i++)
 		if (it[i]->state == ST_NEW && it[i]->dedupe) {
 			a0[2 + j] = it[i]->md5;
 			dix[j++] = (int)i;
@@ -578,13 +580,24 @@ has_link(const struct linkbatch_item *it)
 	return it->rc == 0 && it->out != NULL && it->state != ST_DUP;
 }
 
-/* Caches new and deduped links (HSET lp:md5code; SET lp:link:<code> only with
- * cache_records: for bulk items a JSON dump and a Redis write per link were a
- * third of a create's CPU outside PostgreSQL, and the first redirect caches
- * the record) and returns unused codes to the pool, in one pipeline. */
+/* 1 when the item's link goes into the MD5 map: every link of a warm run;
+ * in a bulk run only those it found in PostgreSQL (dedupe hits), as a later
+ * lookup of a URL fills the map the first time it finds the link. */
+static int
+md5_entry(const struct linkbatch_item *it, int warm)
+{
+	return has_link(it) && (warm || !it->created);
+}
+
+/* Caches links and returns unused codes to the pool, in one pipeline. A warm
+ * run (queued singles) writes each link's record (SET lp:link:<code>) and
+ * MD5 map entry (HSET lp:md5code); a bulk run only the map entries of links
+ * it found, the first redirect caching the record: for bulk items a JSON
+ * dump and a Redis write per link were a third of a create's CPU outside
+ * PostgreSQL, and the map's HMGET and HSET another ~2 us per link. */
 static void
 redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unused,
-             size_t nunused, int cache_records)
+             size_t nunused, int warm)
 {
 	size_t ncache, nmd5 = 0, ncmd, c = 0, nback = nunused;
 	const char ***argv;
@@ -597,11 +610,11 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 	if (!kv_up(L->kv))
 		return;
 	for (size_t i = 0; i < n; i++) {
-		nmd5 += has_link(it[i]);
+		nmd5 += md5_entry(it[i], warm);
 		if (it[i]->state == ST_DONE_PG && it[i]->src == SRC_POOL)
 			nback++;
 	}
-	ncache = cache_records ? nmd5 : 0;
+	ncache = warm ? nmd5 : 0;
 	ncmd = ncache + (nmd5 > 0) + (nback > 0);
 	if (ncmd == 0)
 		return;
@@ -647,7 +660,7 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 		argv[c][1] = "lp:md5code";
 		argc[c] = 2;
 		for (size_t i = 0; i < n; i++) {
-			if (!has_link(it[i]))
+			if (!md5_entry(it[i], warm))
 				continue;
 			argv[c][argc[c]++] = json_string_value(json_object_get(it[i]->out, "long_url_md5"));
 			argv[c][argc[c]++] = json_string_value(json_object_get(it[i]->out, "code"));
@@ -696,9 +709,10 @@ out:
 	free(json);
 }
 
-/* linkbatch_run, and the workers' runs of queued singles (cache_records). */
+/* linkbatch_run (a bulk request), and the workers' runs of queued singles
+ * (warm: they read and fill the Redis caches as a single create does). */
 static void
-run_items(struct links *L, struct linkbatch_item **it, size_t n, int cache_records)
+run_items(struct links *L, struct linkbatch_item **it, size_t n, int warm)
 {
 	char **unused;
 	size_t nunused = 0;
@@ -714,9 +728,9 @@ run_items(struct links *L, struct linkbatch_item **it, size_t n, int cache_recor
 		digest_md5_hex(it[i]->f->url, strlen(it[i]->f->url), it[i]->md5);
 	}
 	mark_duplicates(it, n);
-	unused = redis_round(L, it, n, &nunused);
+	unused = redis_round(L, it, n, &nunused, warm);
 	sql_round(L, it, n);
-	redis_finish(L, it, n, unused, nunused, cache_records);
+	redis_finish(L, it, n, unused, nunused, warm);
 	for (size_t i = 0; i < nunused; i++)
 		free(unused[i]);
 	free(unused);

@@ -259,14 +259,20 @@ def test_bulk_set_based_dedupe_and_fields(api):
     pooled = set(api.redis.cli("SMEMBERS", "lp:pool:6").split())
     reserve = set(api.pg.psql("SELECT code FROM unique_code WHERE status = 0").split())
     assert pooled and not pooled & reserve
-    # bulk items' link records are not written to Redis; the first redirect
-    # loads the link from PostgreSQL and caches it
-    c7 = res[7]["link"]["code"]
+    # a bulk run fills the Redis caches lazily: a created link's record and
+    # MD5 map entry are not written; the first redirect caches the record,
+    # the first create that finds the link in PostgreSQL the map entry
+    c7, md5_7 = res[7]["link"]["code"], res[7]["link"]["long_url_md5"]
     assert api.redis.cli("EXISTS", f"lp:link:{c7}") == "0"
-    assert api.redis.cli("HGET", "lp:md5code", res[7]["link"]["long_url_md5"]) == c7
+    assert api.redis.cli("HEXISTS", "lp:md5code", md5_7) == "0"
     g = api.req("GET", "/" + c7)
     assert (g.status_code, g.headers["Location"]) == (302, "https://example.com/s7")
     assert json.loads(api.redis.cli("GET", f"lp:link:{c7}"))["code"] == c7
+    again = api.create(url="https://example.com/s7")
+    assert again.status_code == 200 and again.json()["code"] == c7
+    assert api.redis.cli("HGET", "lp:md5code", md5_7) == c7
+    # the bulk run's dedupe hit in PostgreSQL (item 20) went into the map
+    assert api.redis.cli("HGET", "lp:md5code", first["long_url_md5"]) == first["code"]
 
 
 def test_bulk_when_pool_runs_dry(procs, pg, redis):
