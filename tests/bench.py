@@ -80,11 +80,12 @@ def cpu_probe(tries=5):
     return min(ms), max(ms)
 
 
-def create_run(pg, base, template, key, work, conns, secs):
+def create_run(pg, base, template, key, work, conns, secs, cpu=None):
     """One wrk run of a create script with URLs no earlier run used. Returns
     (links created per second, requests/s, p99 ms, non-2xx, note): links
     counted as rows url_link gained, so dedupe hits or failed items cannot
-    count; the note gives the WAL full-page images and checkpoints of the run."""
+    count; the note gives the WAL full-page images and checkpoints of the run
+    and, with cpu ({name: function returning pids}), each one's CPU per link."""
     run = f"{os.getpid()}-{time.time_ns()}"
     script = os.path.join(work, f"create-{run}.lua")
     with open(script, "w") as f:
@@ -92,8 +93,10 @@ def create_run(pg, base, template, key, work, conns, secs):
     stats = ("SELECT count(*) FROM url_link UNION ALL SELECT wal_fpi FROM pg_stat_wal "
              "UNION ALL SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")
     before, fpi0, ckpt0 = map(int, pg.psql(stats).split())
+    cpu0 = {k: lpstack.cpu_secs(f()) for k, f in (cpu or {}).items()}
     r = subprocess.run(["wrk", "-t2", f"-c{conns}", f"-d{secs}s", "--latency", "-s", script, base],
                        capture_output=True, text=True)
+    cpu1 = {k: lpstack.cpu_secs(f()) for k, f in (cpu or {}).items()}
     after, fpi1, ckpt1 = map(int, pg.psql(stats).split())
     out = r.stdout
     took = float(re.search(r"requests in ([\d.]+)s", out).group(1))
@@ -102,6 +105,9 @@ def create_run(pg, base, template, key, work, conns, secs):
     p99_ms = float(p99.group(1)) * {"us": 0.001, "ms": 1, "s": 1000}[p99.group(2)] if p99 else -1
     non2xx = int(re.search(r"non2xx (\d+)", out).group(1)) if "non2xx" in out else -1
     note = f"{fpi1 - fpi0} WAL full-page images, {ckpt1 - ckpt0} checkpoints"
+    if cpu and after > before:
+        note += "; CPU per link: " + ", ".join(
+            f"{k} {(cpu1[k] - cpu0[k]) * 1e6 / (after - before):.1f} us" for k in cpu)
     return (after - before) / took, rps, p99_ms, non2xx, note
 
 
@@ -151,10 +157,16 @@ def bench_api(bin_dir, work):
         create_run(pg, base, CREATE_LUA, key, work, 64, 5)
         # This VM's CPU speed swings up to 2x between runs (see
         # machine_cpu_probe_ms): RUNS runs each, the median counts.
+        postmaster = int(open(os.path.join(pg.datadir, "postmaster.pid")).readline())
+        cpu = {"redirector": lambda: [red.proc.pid],
+               "PostgreSQL": lambda: lpstack.family(postmaster),
+               "Redis": lambda: [redis.proc.pid]}
+
         def runs(name, template, conns):
             got = []
             for i in range(RUNS):
-                lps, rps, p99, non2xx, note = create_run(pg, base, template, key, work, conns, 10)
+                lps, rps, p99, non2xx, note = create_run(pg, base, template, key, work, conns, 10,
+                                                         cpu)
                 got.append(lps)
                 print(f"{name}_run{i + 1} {lps:.0f}  ({rps:.1f} req/s, p99 {p99:.1f} ms, "
                       f"non-2xx {non2xx}, {note})", flush=True)
