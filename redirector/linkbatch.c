@@ -425,7 +425,8 @@ out:
     "AND l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL " \
     "AND l.max_visits IS NULL AND l.strategy <> 3 ORDER BY l.id LIMIT 1) e WHERE i.dedupe), " \
     "cn AS (INSERT INTO unique_code (code, status, type) SELECT i.code, 1, 0 FROM i " \
-    "WHERE i.src = 1 AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) ORDER BY i.code COLLATE \"C\" " \
+    "WHERE i.src = 1 AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) " \
+    "ORDER BY i.code COLLATE \"C\" " \
     "ON CONFLICT (code) DO NOTHING RETURNING code), " \
     "rb AS (UPDATE unique_code u SET status = 0, update_time = now() FROM i JOIN ex USING (idx) " \
     "WHERE i.src = 2 AND u.code = i.code), " \
