@@ -179,6 +179,12 @@ pgpool_exec_prepared(PGconn *c, const char *name, const char *sql, int nparams,
 }
 
 int
+pgpool_conflict(const char *sqlstate)
+{
+	return strcmp(sqlstate, "23505") == 0 || strcmp(sqlstate, "40P01") == 0;
+}
+
+int
 pgpool_ping(struct pgpool *p, char *errstr, size_t errstr_size)
 {
 	PGconn *c = pgpool_get(p, 1000, errstr, errstr_size);

@@ -22,6 +22,11 @@ PGconn *pgpool_get(struct pgpool *p, int wait_ms, char *errstr, size_t errstr_si
  * is closed and reopened on a later pgpool_get. */
 void pgpool_put(struct pgpool *p, PGconn *c);
 
+/* 1 when a statement that failed with sqlstate may succeed run again in its
+ * conflict-tolerant form: a unique violation (23505) or a deadlock (40P01).
+ * Used where a plain INSERT runs first and ON CONFLICT only when needed. */
+int pgpool_conflict(const char *sqlstate);
+
 /* 0 when a "SELECT 1" succeeds within the pool's connect timeout. */
 int pgpool_ping(struct pgpool *p, char *errstr, size_t errstr_size);
 

@@ -542,7 +542,7 @@ sql_round(struct links *L, struct linkbatch_item **it, size_t n)
 	}
 	r = pgpool_exec_prepared(c, "lp_link_batch_fast", batch_sql_fast, 1 + A_N, params,
 	    sqlstate, errstr, sizeof(errstr));
-	if (r == NULL && (strcmp(sqlstate, "23505") == 0 || strcmp(sqlstate, "40P01") == 0))
+	if (r == NULL && pgpool_conflict(sqlstate))
 		r = pgpool_exec_prepared(c, "lp_link_batch", batch_sql, 1 + A_N, params, NULL,
 		    errstr, sizeof(errstr));
 	pgpool_put(L->pg, c);

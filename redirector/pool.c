@@ -132,8 +132,8 @@ pool_give_back(struct pool *p, const char *code)
 #define INSERT_CODES(ON_CONFLICT) \
 	"INSERT INTO unique_code (code, status, type) " \
 	"SELECT t.code, CASE WHEN t.n <= $2::bigint THEN 0 ELSE 2 END, 0 " \
-	"FROM unnest($1::text[]) WITH ORDINALITY AS t(code, n) ORDER BY t.code COLLATE \"C\"" ON_CONFLICT \
-	" RETURNING code, status"
+	"FROM unnest($1::text[]) WITH ORDINALITY AS t(code, n) " \
+	"ORDER BY t.code COLLATE \"C\"" ON_CONFLICT " RETURNING code, status"
 
 static PGresult *
 insert_codes(struct pool *p, char (*codes)[CODES_GEN_SIZE], long long n, long long nreserve,
@@ -168,7 +168,7 @@ insert_codes(struct pool *p, char (*codes)[CODES_GEN_SIZE], long long n, long lo
 		return NULL;
 	}
 	r = pgpool_exec(c, INSERT_CODES(""), 2, params, sqlstate, errstr, errstr_size);
-	if (r == NULL && (strcmp(sqlstate, "23505") == 0 || strcmp(sqlstate, "40P01") == 0))
+	if (r == NULL && pgpool_conflict(sqlstate))
 		r = pgpool_exec(c, INSERT_CODES(" ON CONFLICT (code) DO NOTHING"), 2, params, NULL,
 		    errstr, errstr_size);
 	pgpool_put(p->pg, c);

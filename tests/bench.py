@@ -85,7 +85,8 @@ def create_run(pg, base, template, key, work, conns, secs, cpu=None):
     (links created per second, requests/s, p99 ms, non-2xx, note): links
     counted as rows url_link gained, so dedupe hits or failed items cannot
     count; the note gives the WAL full-page images and checkpoints of the run
-    and, with cpu ({name: function returning pids}), each one's CPU per link."""
+    and, with cpu ({name: function returning CPU seconds}), each one's CPU per
+    link."""
     run = f"{os.getpid()}-{time.time_ns()}"
     script = os.path.join(work, f"create-{run}.lua")
     with open(script, "w") as f:
@@ -93,10 +94,10 @@ def create_run(pg, base, template, key, work, conns, secs, cpu=None):
     stats = ("SELECT count(*) FROM url_link UNION ALL SELECT wal_fpi FROM pg_stat_wal "
              "UNION ALL SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")
     before, fpi0, ckpt0 = map(int, pg.psql(stats).split())
-    cpu0 = {k: lpstack.cpu_secs(f()) for k, f in (cpu or {}).items()}
+    cpu0 = {k: f() for k, f in (cpu or {}).items()}
     r = subprocess.run(["wrk", "-t2", f"-c{conns}", f"-d{secs}s", "--latency", "-s", script, base],
                        capture_output=True, text=True)
-    cpu1 = {k: lpstack.cpu_secs(f()) for k, f in (cpu or {}).items()}
+    cpu1 = {k: f() for k, f in (cpu or {}).items()}
     after, fpi1, ckpt1 = map(int, pg.psql(stats).split())
     out = r.stdout
     took = float(re.search(r"requests in ([\d.]+)s", out).group(1))
@@ -118,8 +119,7 @@ def bench_api(bin_dir, work):
     # enough codes for every measured create (POOL_FILL) with a first run and
     # time it, then measure with the default refill settings.
     pre_port = lpstack.free_port()
-    pg_pids = lpstack.family(int(open(os.path.join(pg.datadir, "postmaster.pid")).readline()))
-    fill0, t0 = lpstack.cpu_secs(pg_pids + [redis.proc.pid]), time.time()
+    fill0, t0 = pg.cpu_secs() + lpstack.cpu_secs([redis.proc.pid]), time.time()
     pre = lpstack.program("redirector", work, {
         "pg_dsn": pg.dsn, "redis_url": redis.url, "listen_port": pre_port, "kafka_bootstrap": "",
         "base_url": "http://s.bench", "log_level": "warn", "pool_low_water": POOL_FILL,
@@ -127,9 +127,8 @@ def bench_api(bin_dir, work):
     deadline = time.time() + 600
     while time.time() < deadline and int(redis.cli("SCARD", "lp:pool:6") or 0) < POOL_FILL:
         time.sleep(0.5)
-    pg_pids = lpstack.family(int(open(os.path.join(pg.datadir, "postmaster.pid")).readline()))
     filled = int(redis.cli("SCARD", "lp:pool:6") or 0)
-    fill_cpu = lpstack.cpu_secs(pg_pids + [pre.proc.pid, redis.proc.pid]) - fill0
+    fill_cpu = pg.cpu_secs() + lpstack.cpu_secs([pre.proc.pid, redis.proc.pid]) - fill0
     print(f"api_pool_fill_codes_per_sec {filled / (time.time() - t0):.0f}  ({filled} codes "
           f"pre-generated off-peak, {fill_cpu * 1e6 / max(filled, 1):.1f} us of CPU per code: "
           f"redirector, PostgreSQL and Redis; the measured creates below use this pool)",
@@ -157,10 +156,9 @@ def bench_api(bin_dir, work):
         create_run(pg, base, CREATE_LUA, key, work, 64, 5)
         # This VM's CPU speed swings up to 2x between runs (see
         # machine_cpu_probe_ms): RUNS runs each, the median counts.
-        postmaster = int(open(os.path.join(pg.datadir, "postmaster.pid")).readline())
-        cpu = {"redirector": lambda: [red.proc.pid],
-               "PostgreSQL": lambda: lpstack.family(postmaster),
-               "Redis": lambda: [redis.proc.pid]}
+        cpu = {"redirector": lambda: lpstack.cpu_secs([red.proc.pid]),
+               "PostgreSQL": pg.cpu_secs,
+               "Redis": lambda: lpstack.cpu_secs([redis.proc.pid])}
 
         def runs(name, template, conns):
             got = []

@@ -118,6 +118,13 @@ class Postgres:
                                      "stop"]), stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
 
+    def cpu_secs(self):
+        """CPU seconds of the cluster: the postmaster with its reaped children
+        (backends and autovacuum workers gone since), and its live ones."""
+        with open(os.path.join(self.datadir, "postmaster.pid")) as f:
+            pm = int(f.readline())
+        return cpu_secs([pm], reaped=True) + cpu_secs(family(pm)[1:])
+
     def psql(self, sql, db=None, check=True):
         """Runs sql with psql; returns stdout (unaligned, tuples only)."""
         # The binary itself: /usr/bin/psql is Debian's pg_wrapper, a Perl

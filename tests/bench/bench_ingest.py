@@ -88,14 +88,6 @@ def stored_next(cur):
     return int(cur.fetchone()[0])
 
 
-def pg_cpu_secs(pg):
-    """CPU seconds of the cluster: the postmaster with its reaped children,
-    and its live ones."""
-    with open(os.path.join(pg.datadir, "postmaster.pid")) as f:
-        pm = int(f.readline())
-    return lpstack.cpu_secs([pm], reaped=True) + lpstack.cpu_secs(lpstack.family(pm)[1:])
-
-
 def run(bin_dir, work):
     lpstack.BIN = bin_dir
     pg = lpstack.Postgres(os.path.join(work, "pg")).up()
@@ -130,14 +122,14 @@ def run(bin_dir, work):
         while time.time() < deadline:
             if t_assigned is None and "assigned 64 partitions" in ing.output():
                 t_assigned = time.time()
-                cpu0 = (lpstack.cpu_secs([ing.proc.pid]), pg_cpu_secs(pg))
+                cpu0 = (lpstack.cpu_secs([ing.proc.pid]), pg.cpu_secs())
             if stored_next(cur) >= len(events):
                 break
             if not ing.alive():
                 raise RuntimeError("ingest exited:\n" + ing.output()[-3000:])
             time.sleep(0.05)
         t_done = time.time()
-        cpu1 = (lpstack.cpu_secs([ing.proc.pid]), pg_cpu_secs(pg))
+        cpu1 = (lpstack.cpu_secs([ing.proc.pid]), pg.cpu_secs())
         poll.close()
         rows = int(pg.psql("SELECT count(*) FROM visit_record"))
         rejects = pg.psql("SELECT count(*), string_agg(DISTINCT left(reason, 60), '; ') "

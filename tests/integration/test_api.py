@@ -28,6 +28,15 @@ class Api:
     def create(self, **body):
         return self.req("POST", "/api/v1/links", body)
 
+    def bulk_created(self, urls):
+        """One bulk request creating urls; asserts every item got 201 and
+        returns the results."""
+        r = self.req("POST", "/api/v1/links/bulk", {"links": [{"url": u} for u in urls]})
+        assert r.status_code == 200, r.text
+        res = r.json()["results"]
+        assert all(x["status"] == 201 for x in res), [x for x in res if x["status"] != 201][:3]
+        return res
+
 
 def start_redirector(procs, pg, redis, extra=None):
     port = lpstack.free_port()
@@ -279,11 +288,7 @@ def test_bulk_when_pool_runs_dry(procs, pg, redis):
     """A pool far smaller than the request: the batch generates the missing
     codes itself (CSPRNG, inserted into unique_code as used) and succeeds."""
     api = start_redirector(procs, pg, redis, {"pool_low_water": 1, "pool_batch": 10})
-    r = api.req("POST", "/api/v1/links/bulk",
-                {"links": [{"url": f"https://dry.example/{i}"} for i in range(1000)]})
-    assert r.status_code == 200, r.text
-    res = r.json()["results"]
-    assert all(x["status"] == 201 for x in res), [x for x in res if x["status"] != 201][:3]
+    res = api.bulk_created([f"https://dry.example/{i}" for i in range(1000)])
     codes = {x["link"]["code"] for x in res}
     assert len(codes) == 1000 and all(len(c) == 6 for c in codes)
     assert api.pg.psql("SELECT count(*) FROM url_link l JOIN unique_code u USING (code) "
@@ -308,11 +313,7 @@ def test_refill_with_codes_taken_elsewhere(procs, pg, redis):
                 "WHERE NOT EXISTS (SELECT 1 FROM unique_code u WHERE u.code = a || b) "
                 "ORDER BY random() LIMIT 2500")
     foreign = set(api.pg.psql("SELECT code FROM unique_code WHERE status = 1").split())
-    r = api.req("POST", "/api/v1/links/bulk",
-                {"links": [{"url": f"https://elsewhere.example/{i}"} for i in range(400)]})
-    assert r.status_code == 200, r.text
-    res = r.json()["results"]
-    assert all(x["status"] == 201 for x in res), [x for x in res if x["status"] != 201][:3]
+    res = api.bulk_created([f"https://elsewhere.example/{i}" for i in range(400)])
     codes = {x["link"]["code"] for x in res}
     # each item its own code (a batch that generates codes itself can draw one
     # twice from a 3,844-code space: the second item must not report the first's)
@@ -509,18 +510,12 @@ def test_pool_restored_with_used_codes(api):
     """Redis back from an old snapshot: its pool set holds codes already in use.
     url_link's unique code is the claim: every item still gets a code of its
     own and no link is overwritten or lost (bulk and singles)."""
-    r = api.req("POST", "/api/v1/links/bulk",
-                {"links": [{"url": f"https://example.com/old{i}"} for i in range(300)]})
-    assert r.status_code == 200 and all(x["status"] == 201 for x in r.json()["results"])
-    used = [x["link"]["code"] for x in r.json()["results"]]
+    used = [x["link"]["code"] for x in
+            api.bulk_created([f"https://example.com/old{i}" for i in range(300)])]
     api.redis.cli("DEL", "lp:pool:6")
     api.redis.cli("SADD", "lp:pool:6", *used)
-    r = api.req("POST", "/api/v1/links/bulk",
-                {"links": [{"url": f"https://example.com/new{i}"} for i in range(300)]})
-    assert r.status_code == 200, r.text
-    res = r.json()["results"]
-    assert all(x["status"] == 201 for x in res), res[:3]
-    new = [x["link"]["code"] for x in res]
+    new = [x["link"]["code"] for x in
+           api.bulk_created([f"https://example.com/new{i}" for i in range(300)])]
     assert len(set(new)) == 300 and not set(new) & set(used)
     api.redis.cli("SADD", "lp:pool:6", *used[:50])
     for i in range(20):
@@ -549,9 +544,7 @@ def test_create_with_redis_stopped(api):
                       "AND create_time < update_time" % ",".join(codes))
     assert pre == "20"
     # bulk and concurrent singles too (set-based claim, FOR UPDATE SKIP LOCKED)
-    r = api.req("POST", "/api/v1/links/bulk",
-                {"links": [{"url": f"https://example.com/nrb{i}"} for i in range(200)]})
-    assert r.status_code == 200 and all(x["status"] == 201 for x in r.json()["results"])
+    api.bulk_created([f"https://example.com/nrb{i}" for i in range(200)])
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
         st = list(ex.map(lambda i: api.create(url=f"https://example.com/nrc{i}").status_code,
                          range(80)))
