@@ -286,9 +286,27 @@ local_get(struct events *ev)
 	return l;
 }
 
+/* 1 when s[0..n) is 7-bit ASCII (so valid UTF-8), 8 bytes at a time. */
+static int
+is_ascii(const char *s, size_t n)
+{
+	uint64_t acc = 0, w;
+	size_t k = 0;
+
+	for (; k + 8 <= n; k += 8) {
+		memcpy(&w, s + k, 8);
+		acc |= w;
+	}
+	for (; k < n; k++)
+		acc |= (unsigned char)s[k];
+	return (acc & UINT64_C(0x8080808080808080)) == 0;
+}
+
 /* Sets string field i to at most fields[i].max bytes of s (NULL: null).
- * Invalid UTF-8 (a bad header, or a character split by the truncation)
- * becomes '?' per non-ASCII byte so that a visit is never lost to it. */
+ * ASCII (nearly every header) skips jansson's UTF-8 check; other bytes get
+ * it, and invalid UTF-8 (a bad header, or a character split by the
+ * truncation) becomes '?' per non-ASCII byte so that a visit is never lost
+ * to it. */
 static int
 set_str(struct local *l, int i, const char *s)
 {
@@ -301,7 +319,8 @@ set_str(struct local *l, int i, const char *s)
 		return 0;
 	}
 	n = strnlen(s, fields[i].max);
-	if (json_string_setn(l->str[i], s, n) < 0) {
+	if (is_ascii(s, n) ? json_string_setn_nocheck(l->str[i], s, n) < 0 :
+	    json_string_setn(l->str[i], s, n) < 0) {
 		char *copy = malloc(n + 1);
 
 		if (copy == NULL)
@@ -384,7 +403,8 @@ events_publish(struct events *ev, const struct events_visit *v)
 		 * allocation, so l->buf is reused at once. */
 		err = rd_kafka_producev(ev->rk, RD_KAFKA_V_RKT(ev->rkt),
 		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(v->code, klen),
-		    RD_KAFKA_V_VALUE(l->buf, n), RD_KAFKA_V_OPAQUE(NULL), RD_KAFKA_V_END);
+		    RD_KAFKA_V_VALUE(l->buf, n), RD_KAFKA_V_OPAQUE(NULL),
+		    RD_KAFKA_V_TIMESTAMP(v->ts_us / 1000), RD_KAFKA_V_END);
 	}
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
 		atomic_fetch_add_explicit(&l->produced, 1, memory_order_relaxed);

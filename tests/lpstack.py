@@ -162,6 +162,9 @@ class Process:
 
     def __init__(self, name, argv, logdir, env=None):
         self.name = name
+        # Its own session, so a signal to the test's process group misses it.
+        # A session is also a scheduling group (autogroup) on Linux.
+        self.new_session = True
         self.argv = argv
         os.makedirs(logdir, exist_ok=True)
         self.logpath = os.path.join(logdir, f"{name}.log")
@@ -171,7 +174,7 @@ class Process:
     def start(self):
         self.log = open(self.logpath, "ab")
         self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=self.env, start_new_session=True)
+                                     env=self.env, start_new_session=self.new_session)
         return self
 
     def send_signal(self, sig):

@@ -7,7 +7,16 @@ too), CPU time per request of each process during its run (redirector,
 devbroker, nginx, wrk) and the producer counters. The redirector and nginx
 runs alternate (LP_BENCH_ROUNDS, 2) and the headline takes each side's best.
 LP_BENCH_PERF=FILE records a perf profile of the redirector during its first
-run; LP_BENCH_SET="name=value,..." overrides redirector settings."""
+run; LP_BENCH_SET="name=value,..." overrides redirector settings.
+
+Both servers run in a session of their own, as services do (LP_BENCH_SESSION=
+shared runs both in the bench's session, with wrk). Until the thirteenth
+session nginx ran in the bench's session and the redirector in its own: on
+Linux a session is a scheduling group (autogroup), and sharing wrk's group
+made nginx cheaper per request (4.7-5.1 us against 5.6-5.7 in its own group;
+nginx 168-194k req/s against 145-158k on 2026-11-25), an advantage the
+redirector did not get. Then bench_events (the event path alone, no HTTP,
+browser-like headers) prints what each visit event costs."""
 import json
 import os
 import re
@@ -85,6 +94,18 @@ def cpu_text(cpu):
     return ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
 
 
+def own_session():
+    """Whether each server runs in a session of its own (LP_BENCH_SESSION=own, the
+    default) or in the bench's session, with wrk (shared). On Linux a session
+    is a scheduling group (autogroup): CPU is shared fairly between groups first,
+    and a task waking in another group preempts more. Both servers always get
+    the same arrangement."""
+    mode = os.environ.get("LP_BENCH_SESSION", "own")
+    if mode not in ("own", "shared"):
+        raise ValueError(f"LP_BENCH_SESSION: {mode!r} is not own or shared")
+    return mode == "own"
+
+
 def start_nginx(work, name, access_log):
     port = lpstack.free_port()
     conf = os.path.join(work, f"{name}.conf")
@@ -92,7 +113,7 @@ def start_nginx(work, name, access_log):
         f.write(NGINX_CONF % {"work": work, "port": port, "name": name,
                               "access_log": access_log})
     proc = subprocess.Popen(["nginx", "-p", work, "-c", conf], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, start_new_session=own_session())
     lpstack.wait_port(port, proc=proc, what="nginx")
     return proc, port
 
@@ -128,7 +149,9 @@ def run(bin_dir, work):
         print(f"redirector settings: "
               f"{ {k: v for k, v in settings.items() if k not in ('pg_dsn', 'redis_url')} }",
               flush=True)
-    red = lpstack.program("redirector", work, settings).start()
+    red = lpstack.program("redirector", work, settings)
+    red.new_session = own_session()
+    red.start()
     nginx = None
     try:
         lpstack.wait_port(port, proc=red.proc, what="redirector")
@@ -178,6 +201,9 @@ def run(bin_dir, work):
                                               {"nginx": nginx.pid})
         r_rps, r_p99, r_bad, r_cpu = max(reds, key=lambda m: m[0])
         n_rps, n_p99, n_bad, n_cpu = max(ngxs, key=lambda m: m[0])
+        print(f"servers each in {'a session of its own' if own_session() else 'the bench session'}"
+              f" (LP_BENCH_SESSION={'own' if own_session() else 'shared'}; wrk in the bench "
+              f"session)", flush=True)
         print(f"redirect_rps {r_rps:.0f}  (redirector GET /{{code}} over 16 codes, events on; "
               f"wrk -t2 -c64 -d10s, p99 {r_p99:.2f} ms, non-3xx {r_bad}; best of "
               f"{' '.join(f'{m[0]:.0f}' for m in reds)})", flush=True)
@@ -201,6 +227,15 @@ def run(bin_dir, work):
         n_tot = [sum(m[3].values()) for m in ngxs]
         print(f"cpu_bound_ratio_estimate {min(n_tot) / min(r_tot):.2f}  ((nginx + wrk) / "
               f"(redirector + devbroker + wrk) CPU per request, lowest of each)", flush=True)
+        # The visit event path alone (no HTTP), with browser-like headers:
+        # what each redirect pays for its event, beside the wrk runs.
+        ev = subprocess.run([os.path.join(bin_dir, "bench_events"), broker.bootstrap,
+                             broker.topic, "600000"], capture_output=True, text=True)
+        for line in ev.stdout.splitlines():
+            if line.startswith("events_"):
+                print(line, flush=True)
+        if ev.returncode != 0:
+            print(f"bench_events failed: {ev.stderr.strip()}", flush=True)
         print(f"load_average before {' '.join(f'{x:.2f}' for x in load_before)}, after "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}  (1/5/15 min; 2 cores, shared)",
               flush=True)

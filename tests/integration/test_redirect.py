@@ -66,9 +66,10 @@ def start(procs, pg, redis, broker, workdir, extra=None, name="spool"):
     return Red(port, r.stdout.split()[-1], pg, p, redis, broker)
 
 
-def read_events(broker, want, timeout=30.0, pred=None):
+def read_events(broker, want, timeout=30.0, pred=None, stamps=None):
     """Reads the whole topic until `want` events matching pred were seen (or
-    timeout); returns every (key, event) read that matches pred."""
+    timeout); returns every (key, event) read that matches pred. stamps, a
+    dict, gets each such event's Kafka message timestamp (ms) by event id."""
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"t{time.time_ns()}",
                   "enable.auto.commit": False, "log_level": 3})
     try:
@@ -83,6 +84,8 @@ def read_events(broker, want, timeout=30.0, pred=None):
                 ev = json.loads(m.value())
                 if pred is None or pred(ev):
                     out.append((m.key().decode(), ev))
+                    if stamps is not None:
+                        stamps[ev["id"]] = m.timestamp()[1]
         # drain a little more to catch duplicates or extras
         for m in c.consume(10000, 1.0):
             if not m.error():
@@ -204,14 +207,16 @@ def test_events_match_schema(red):
     t0 = time.time()
     hdrs = [{}, {"User-Agent": "Mozilla/5.0 (iPhone)", "Referer": "https://t.co/x",
                  "Accept-Language": "en-US", "Host": "go.example"},
-            {"User-Agent": "bad \udcff".encode("utf-8", "surrogateescape").decode("latin-1")}]
+            {"User-Agent": "bad \udcff".encode("utf-8", "surrogateescape").decode("latin-1")},
+            {"User-Agent": "Mözilla/5.0 ✓ 日本 – ok".encode("utf-8").decode("latin-1")}]
     for h in hdrs:
         assert red.get("/" + code["code"], headers=h).status_code == 302
     assert red.get("/Unknown_Code-1").status_code == 404
-    evs = read_events(red.broker, 4)
-    assert len(evs) == 4
+    stamps = {}
+    evs = read_events(red.broker, 5, stamps=stamps)
+    assert len(evs) == 5
     ids = [e["id"] for _, e in evs]
-    assert len(set(ids)) == 4
+    assert len(set(ids)) == 5
     for key, e in evs:
         jsonschema.validate(e, schema)
         assert set(e) == FIELDS, set(e) ^ FIELDS
@@ -219,9 +224,14 @@ def test_events_match_schema(red):
         assert abs(e["ts"] / 1e6 - t0) < 30
         # snowflake: the id's time part is the event time (ms since 2024-01-01)
         assert abs(((e["id"] >> 22) + 1704067200000) - e["ts"] // 1000) < 5
+        # the Kafka message's timestamp is the visit's (ms)
+        assert stamps[e["id"]] == e["ts"] // 1000
     mine = sorted((e for _, e in evs if e["code"] == code["code"]), key=lambda e: e["id"])
-    assert [e["link_id"] for e in mine] == [code["id"]] * 3
+    assert [e["link_id"] for e in mine] == [code["id"]] * 4
     assert mine[1]["host"] == "go.example" and mine[1]["user_agent"] == "Mozilla/5.0 (iPhone)"
+    # bytes that are not UTF-8 become '?'; valid UTF-8 is kept as sent
+    assert mine[2]["user_agent"] == "bad ?"
+    assert mine[3]["user_agent"] == "Mözilla/5.0 ✓ 日本 – ok"
     assert mine[0]["user_agent"] is None or mine[0]["user_agent"].startswith("python-requests")
     assert mine[0]["referer"] is None and mine[0]["accept_language"] is None
 
