@@ -25,8 +25,11 @@ struct events {
 	int shutdown_flush_ms;
 	int message_timeout_ms;
 
-	pthread_t poller, monitor;
+	pthread_t poller, monitor, encoder;
 	int threads;                /* 0, 1 (poller) or 2 (both) */
+	int encoding;               /* the encoder thread runs */
+	_Atomic(struct pending *) inbox; /* visits handed over, newest first */
+	atomic_long inbox_len;
 	atomic_int running;
 	pthread_mutex_t mtx;        /* monitor's sleep */
 	pthread_cond_t cond;
@@ -382,18 +385,17 @@ event_json(struct local *l, const struct events_visit *v, uint64_t id)
 	return n <= l->cap ? n : 0;
 }
 
-uint64_t
-events_publish(struct events *ev, const struct events_visit *v)
+/* Encodes one visit and hands it to librdkafka (or the spool). */
+static void
+publish_now(struct events *ev, const struct events_visit *v, uint64_t id)
 {
 	struct local *l = local_get(ev);
-	uint64_t id;
 	size_t n, klen = strlen(v->code);
 	rd_kafka_resp_err_t err;
 
-	id = eventid_next(v->ts_us / 1000);
 	if (l == NULL || (n = event_json(l, v, id)) == 0) {
 		log_error("events: cannot encode the event for code %s", v->code);
-		return 0;
+		return;
 	}
 	atomic_fetch_add_explicit(&l->events, 1, memory_order_relaxed);
 	if (atomic_load_explicit(&ev->fatal, memory_order_relaxed)) {
@@ -413,6 +415,139 @@ events_publish(struct events *ev, const struct events_visit *v)
 		to_spool(ev, v->code, klen, l->buf, n);
 		fail_log(ev, "producer refused an event", rd_kafka_err2str(err));
 	}
+}
+
+/* A visit handed from a request thread to the encoder: its fields, with the
+ * strings (cut to the schema's limits) in data. One allocation. */
+struct pending {
+	struct pending *next;
+	uint64_t id;
+	int64_t ts_us;
+	long long link_id;
+	int status;
+	int len[NFIELDS + 1];        /* -1: absent; [NFIELDS]: the code */
+	char data[];
+};
+
+/* Visits waiting for the encoder beyond this are encoded by the request
+ * thread itself: memory stays bounded and nothing is dropped. */
+#define INBOX_MAX 200000
+
+static struct pending *
+pending_new(const struct events_visit *v, uint64_t id)
+{
+	const char *s[NFIELDS + 1] = { v->code, v->ip, v->user_agent, v->referer,
+	    v->accept_language, v->host, v->query, v->code };
+	size_t total = 0, len[NFIELDS + 1];
+	struct pending *p;
+	char *d;
+
+	for (int i = F_IP; i <= NFIELDS; i++) {
+		size_t max = i == NFIELDS ? fields[F_CODE].max : fields[i].max;
+
+		len[i] = s[i] != NULL ? strnlen(s[i], max) : 0;
+		total += len[i] + 1;
+	}
+	if ((p = malloc(sizeof(*p) + total)) == NULL)
+		return NULL;
+	p->next = NULL;
+	p->id = id;
+	p->ts_us = v->ts_us;
+	p->link_id = v->link_id;
+	p->status = v->status;
+	d = p->data;
+	for (int i = F_IP; i <= NFIELDS; i++) {
+		p->len[i] = s[i] != NULL ? (int)len[i] : -1;
+		memcpy(d, s[i] != NULL ? s[i] : "", len[i]);
+		d[len[i]] = '\0';
+		d += len[i] + 1;
+	}
+	return p;
+}
+
+static void
+pending_publish(struct events *ev, struct pending *p)
+{
+	const char *d = p->data, *s[NFIELDS + 1];
+	struct events_visit v;
+
+	for (int i = F_IP; i <= NFIELDS; i++) {
+		s[i] = p->len[i] >= 0 ? d : NULL;
+		d += (p->len[i] >= 0 ? p->len[i] : 0) + 1;
+	}
+	v.code = s[NFIELDS];
+	v.ip = s[F_IP];
+	v.user_agent = s[F_UA];
+	v.referer = s[F_REFERER];
+	v.accept_language = s[F_LANG];
+	v.host = s[F_HOST];
+	v.query = s[F_QUERY];
+	v.link_id = p->link_id;
+	v.status = p->status;
+	v.ts_us = p->ts_us;
+	publish_now(ev, &v, p->id);
+}
+
+/* Publishes everything in the inbox, oldest first. Returns how many. */
+static long
+drain_inbox(struct events *ev)
+{
+	struct pending *p = atomic_exchange(&ev->inbox, NULL), *rev = NULL, *next;
+	long n = 0;
+
+	for (; p != NULL; p = next) {  /* newest first -> oldest first */
+		next = p->next;
+		p->next = rev;
+		rev = p;
+	}
+	for (p = rev; p != NULL; p = next) {
+		next = p->next;
+		pending_publish(ev, p);
+		free(p);
+		n++;
+	}
+	atomic_fetch_sub(&ev->inbox_len, n);
+	return n;
+}
+
+/* The encoder: takes the visits request threads hand over and encodes and
+ * produces them, so a request only copies its fields. It looks again after
+ * 1 ms, doubling to 16 ms while it finds nothing (no wake-up per visit). */
+static void *
+encoder_main(void *arg)
+{
+	struct events *ev = arg;
+	long nap_ns = 1000000;
+
+	while (atomic_load(&ev->running) || atomic_load(&ev->inbox) != NULL) {
+		struct timespec ts = { 0, 0 };
+
+		if (drain_inbox(ev) > 0)
+			nap_ns = 1000000;
+		else if (nap_ns < 16000000)
+			nap_ns *= 2;
+		ts.tv_nsec = nap_ns;
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+uint64_t
+events_publish(struct events *ev, const struct events_visit *v)
+{
+	uint64_t id = eventid_next(v->ts_us / 1000);
+	struct pending *p;
+
+	if (ev->encoding && atomic_load_explicit(&ev->inbox_len, memory_order_relaxed) < INBOX_MAX &&
+	    (p = pending_new(v, id)) != NULL) {
+		atomic_fetch_add_explicit(&ev->inbox_len, 1, memory_order_relaxed);
+		p->next = atomic_load_explicit(&ev->inbox, memory_order_relaxed);
+		while (!atomic_compare_exchange_weak_explicit(&ev->inbox, &p->next, p,
+		    memory_order_release, memory_order_relaxed))
+			;
+		return id;
+	}
+	publish_now(ev, v, id);
 	return id;
 }
 
@@ -574,6 +709,12 @@ events_new(const struct events_conf *conf, char *errstr, size_t errstr_size)
 		return NULL;
 	}
 	ev->threads = 2;
+	if (pthread_create(&ev->encoder, NULL, encoder_main, ev) != 0) {
+		errstr_set(errstr, errstr_size, "events: cannot start the encoder thread");
+		events_close(ev);
+		return NULL;
+	}
+	ev->encoding = 1;
 	return ev;
 }
 
@@ -589,6 +730,13 @@ events_close(struct events *ev)
 	atomic_store(&ev->running, 0);
 	pthread_cond_broadcast(&ev->cond);
 	pthread_mutex_unlock(&ev->mtx);
+	/* The encoder publishes what the request threads handed over before it
+	 * exits; the poller still runs meanwhile. */
+	if (ev->encoding) {
+		pthread_join(ev->encoder, NULL);
+		ev->encoding = 0;
+		drain_inbox(ev);  /* a request thread still running would have added */
+	}
 	if (ev->threads >= 2)
 		pthread_join(ev->monitor, NULL);
 	if (ev->threads >= 1)
@@ -664,5 +812,6 @@ events_stats(struct events *ev, struct events_stats *out)
 	out->spool_dropped = ss.dropped;
 	out->spool_bytes = ss.bytes;
 	out->queued = ev->rk ? (uint64_t)rd_kafka_outq_len(ev->rk) : 0;
+	out->pending = (uint64_t)atomic_load(&ev->inbox_len);
 	out->connected = atomic_load(&ev->connected);
 }

@@ -173,7 +173,7 @@ struct app {
 	struct metrics_family *requests;  /* by status */
 	struct metrics_series *latency;
 	struct metrics_series *_Atomic by_status[600]; /* requests series cache */
-	struct metrics_series *ev[9], *cache[4], *pool_size;
+	struct metrics_series *ev[10], *cache[4], *pool_size;
 };
 
 /* GET /metrics for addresses in metrics_allow; 404 (like any unknown path
@@ -347,6 +347,7 @@ collect(void *arg)
 	metrics_set(app->ev[6], (double)es.queued);
 	metrics_set(app->ev[7], (double)es.spool_bytes);
 	metrics_set(app->ev[8], app->events != NULL && es.connected);
+	metrics_set(app->ev[9], (double)es.pending);
 	memset(&cs, 0, sizeof(cs));
 	if (app->redir != NULL)
 		redirect_cache_stats(app->redir, &cs);
@@ -382,6 +383,8 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		{ METRICS_GAUGE, "linkpulse_redirector_spool_bytes", "Bytes in the event spool now." },
 		{ METRICS_GAUGE, "linkpulse_redirector_kafka_connected",
 		  "1 while the producer reaches a Kafka broker." },
+		{ METRICS_GAUGE, "linkpulse_redirector_events_pending",
+		  "Visits handed over by request threads and not yet encoded and produced." },
 		{ METRICS_COUNTER, "linkpulse_redirector_cache_hits_total",
 		  "Redirect lookups answered by the in-process link cache." },
 		{ METRICS_COUNTER, "linkpulse_redirector_cache_misses_total",
@@ -423,8 +426,8 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		}
 	}
 	memcpy(app->ev, out, sizeof(app->ev));
-	memcpy(app->cache, out + 9, sizeof(app->cache));
-	app->pool_size = out[13];
+	memcpy(app->cache, out + 10, sizeof(app->cache));
+	app->pool_size = out[14];
 	return metrics_on_collect(app->metrics, collect, app);
 }
 

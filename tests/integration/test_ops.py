@@ -125,8 +125,10 @@ def test_redirector_metrics_move_with_traffic(procs, pg, redis, broker, workdir)
     # 3 links and 4 unknown codes were loaded once each, the rest were hits
     assert val(after, "linkpulse_redirector_cache_misses_total") - \
         val(before, "linkpulse_redirector_cache_misses_total") == 7
-    assert val(after, "linkpulse_redirector_events_produced_total") - \
-        val(before, "linkpulse_redirector_events_produced_total") == n302 + n404
+    # events are encoded and produced by the encoder thread, just after
+    produced = val(before, "linkpulse_redirector_events_produced_total") + n302 + n404
+    wait_for(lambda: val(scrape(red.port), "linkpulse_redirector_events_produced_total")
+             >= produced, 10, "events produced", red.proc)
     # every event is acknowledged by the broker soon after
     want = val(before, "linkpulse_redirector_events_delivered_total") + n302 + n404
     final = wait_for(lambda: (lambda s: s if val(
@@ -136,6 +138,8 @@ def test_redirector_metrics_move_with_traffic(procs, pg, redis, broker, workdir)
     assert val(final, "linkpulse_redirector_events_spooled_total") == 0
     assert val(final, "linkpulse_redirector_kafka_connected") == 1
     assert val(final, "linkpulse_redirector_producer_queue_depth") == 0
+    assert val(final, "linkpulse_redirector_events_pending") == 0
+    assert val(final, "linkpulse_redirector_events_produced_total") == produced
     pool = wait_for(lambda: (lambda v: v if v > 0 else None)(
         val(scrape(red.port), "linkpulse_redirector_code_pool_size")), 20, "pool size")
     assert int(pool) == int(redis.cli("SCARD", "lp:pool:6")), "gauge vs the Redis set"
