@@ -12,6 +12,8 @@
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -179,13 +181,25 @@ make_producer(struct events *ev, const struct events_conf *conf, char *errstr,
 /* The string fields of a visit, in the event's key order after "status". */
 enum { F_CODE, F_IP, F_UA, F_REFERER, F_LANG, F_HOST, F_QUERY, NFIELDS };
 
+#define VISIT_STR(m) offsetof(struct events_visit, m)
+
 static const struct {
 	const char *key;
 	size_t max;          /* bytes kept (the schema's maxLength) */
+	size_t off;          /* its member of struct events_visit */
 } fields[NFIELDS] = {
-	{ "code", 64 }, { "ip", 64 }, { "user_agent", 8192 }, { "referer", 8192 },
-	{ "accept_language", 1024 }, { "host", 1024 }, { "query", 8192 },
+	{ "code", 64, VISIT_STR(code) }, { "ip", 64, VISIT_STR(ip) },
+	{ "user_agent", 8192, VISIT_STR(user_agent) }, { "referer", 8192, VISIT_STR(referer) },
+	{ "accept_language", 1024, VISIT_STR(accept_language) },
+	{ "host", 1024, VISIT_STR(host) }, { "query", 8192, VISIT_STR(query) },
 };
+
+/* String field i of a visit (borrowed; NULL when absent). */
+static const char **
+visit_str(const struct events_visit *v, int i)
+{
+	return (const char **)(void *)((char *)(uintptr_t)v + fields[i].off);
+}
 
 /* Per request thread: one event object reused for every visit (its value
  * nodes are updated in place, so a visit allocates only the copies of its
@@ -351,13 +365,10 @@ event_json(struct local *l, const struct events_visit *v, uint64_t id)
 	size_t n;
 	int want_link = v->link_id > 0;
 
-	s[F_CODE] = v->code;
-	s[F_IP] = v->ip ? v->ip : "";
-	s[F_UA] = v->user_agent;
-	s[F_REFERER] = v->referer;
-	s[F_LANG] = v->accept_language;
-	s[F_HOST] = v->host;
-	s[F_QUERY] = v->query;
+	for (int i = 0; i < NFIELDS; i++)
+		s[i] = *visit_str(v, i);
+	if (s[F_IP] == NULL)
+		s[F_IP] = "";
 	json_integer_set(l->id, (json_int_t)id);
 	json_integer_set(l->ts, (json_int_t)v->ts_us);
 	json_integer_set(l->status, v->status);
@@ -417,15 +428,12 @@ publish_now(struct events *ev, const struct events_visit *v, uint64_t id)
 	}
 }
 
-/* A visit handed from a request thread to the encoder: its fields, with the
- * strings (cut to the schema's limits) in data. One allocation. */
+/* A visit handed from a request thread to the encoder: a copy whose strings
+ * (cut to the schema's limits) point into data. One allocation. */
 struct pending {
 	struct pending *next;
 	uint64_t id;
-	int64_t ts_us;
-	long long link_id;
-	int status;
-	int len[NFIELDS + 1];        /* -1: absent; [NFIELDS]: the code */
+	struct events_visit v;
 	char data[];
 };
 
@@ -436,56 +444,33 @@ struct pending {
 static struct pending *
 pending_new(const struct events_visit *v, uint64_t id)
 {
-	const char *s[NFIELDS + 1] = { v->code, v->ip, v->user_agent, v->referer,
-	    v->accept_language, v->host, v->query, v->code };
-	size_t total = 0, len[NFIELDS + 1];
+	size_t total = 0, len[NFIELDS];
 	struct pending *p;
 	char *d;
 
-	for (int i = F_IP; i <= NFIELDS; i++) {
-		size_t max = i == NFIELDS ? fields[F_CODE].max : fields[i].max;
+	for (int i = 0; i < NFIELDS; i++) {
+		const char *s = *visit_str(v, i);
 
-		len[i] = s[i] != NULL ? strnlen(s[i], max) : 0;
-		total += len[i] + 1;
+		len[i] = s != NULL ? strnlen(s, fields[i].max) : 0;
+		total += s != NULL ? len[i] + 1 : 0;
 	}
 	if ((p = malloc(sizeof(*p) + total)) == NULL)
 		return NULL;
 	p->next = NULL;
 	p->id = id;
-	p->ts_us = v->ts_us;
-	p->link_id = v->link_id;
-	p->status = v->status;
+	p->v = *v;
 	d = p->data;
-	for (int i = F_IP; i <= NFIELDS; i++) {
-		p->len[i] = s[i] != NULL ? (int)len[i] : -1;
-		memcpy(d, s[i] != NULL ? s[i] : "", len[i]);
+	for (int i = 0; i < NFIELDS; i++) {
+		const char **s = visit_str(&p->v, i);
+
+		if (*s == NULL)
+			continue;
+		memcpy(d, *s, len[i]);
 		d[len[i]] = '\0';
+		*s = d;
 		d += len[i] + 1;
 	}
 	return p;
-}
-
-static void
-pending_publish(struct events *ev, struct pending *p)
-{
-	const char *d = p->data, *s[NFIELDS + 1];
-	struct events_visit v;
-
-	for (int i = F_IP; i <= NFIELDS; i++) {
-		s[i] = p->len[i] >= 0 ? d : NULL;
-		d += (p->len[i] >= 0 ? p->len[i] : 0) + 1;
-	}
-	v.code = s[NFIELDS];
-	v.ip = s[F_IP];
-	v.user_agent = s[F_UA];
-	v.referer = s[F_REFERER];
-	v.accept_language = s[F_LANG];
-	v.host = s[F_HOST];
-	v.query = s[F_QUERY];
-	v.link_id = p->link_id;
-	v.status = p->status;
-	v.ts_us = p->ts_us;
-	publish_now(ev, &v, p->id);
 }
 
 /* Publishes everything in the inbox, oldest first. Returns how many. */
@@ -502,7 +487,7 @@ drain_inbox(struct events *ev)
 	}
 	for (p = rev; p != NULL; p = next) {
 		next = p->next;
-		pending_publish(ev, p);
+		publish_now(ev, &p->v, p->id);
 		free(p);
 		n++;
 	}

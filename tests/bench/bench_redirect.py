@@ -106,14 +106,14 @@ def own_session():
     return mode == "own"
 
 
-def start_nginx(work, name, access_log):
+def start_nginx(work, name, access_log, own):
     port = lpstack.free_port()
     conf = os.path.join(work, f"{name}.conf")
     with open(conf, "w") as f:
         f.write(NGINX_CONF % {"work": work, "port": port, "name": name,
                               "access_log": access_log})
     proc = subprocess.Popen(["nginx", "-p", work, "-c", conf], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=own_session())
+                            stderr=subprocess.DEVNULL, start_new_session=own)
     lpstack.wait_port(port, proc=proc, what="nginx")
     return proc, port
 
@@ -150,7 +150,8 @@ def run(bin_dir, work):
               f"{ {k: v for k, v in settings.items() if k not in ('pg_dsn', 'redis_url')} }",
               flush=True)
     red = lpstack.program("redirector", work, settings)
-    red.new_session = own_session()
+    own = own_session()
+    red.new_session = own
     red.start()
     nginx = None
     try:
@@ -174,7 +175,7 @@ def run(bin_dir, work):
         with open(script, "w") as f:
             f.write(ROTATE_LUA.replace("%CODES%", ", ".join(f'"{c}"' for c in codes))
                     .replace("%%", "%"))
-        nginx, ngx_port = start_nginx(work, "nginx", "access_log off;")
+        nginx, ngx_port = start_nginx(work, "nginx", "access_log off;", own)
         procs = {"redirector": red.proc.pid, "devbroker": broker.proc.pid}
         perf = None
         if os.environ.get("LP_BENCH_PERF"):
@@ -196,13 +197,13 @@ def run(bin_dir, work):
             ngxs.append(measured(f"http://127.0.0.1:{ngx_port}/", script, {"nginx": nginx.pid}))
         stop_nginx(nginx)
         nginx, ngx_port = start_nginx(work, "nginx-log", "access_log %s/access.log combined "
-                                      "buffer=64k flush=1s;" % work)
+                                      "buffer=64k flush=1s;" % work, own)
         l_rps, l_p99, l_bad, l_cpu = measured(f"http://127.0.0.1:{ngx_port}/", script,
                                               {"nginx": nginx.pid})
         r_rps, r_p99, r_bad, r_cpu = max(reds, key=lambda m: m[0])
         n_rps, n_p99, n_bad, n_cpu = max(ngxs, key=lambda m: m[0])
-        print(f"servers each in {'a session of its own' if own_session() else 'the bench session'}"
-              f" (LP_BENCH_SESSION={'own' if own_session() else 'shared'}; wrk in the bench "
+        print(f"servers each in {'a session of its own' if own else 'the bench session'}"
+              f" (LP_BENCH_SESSION={'own' if own else 'shared'}; wrk in the bench "
               f"session)", flush=True)
         print(f"redirect_rps {r_rps:.0f}  (redirector GET /{{code}} over 16 codes, events on; "
               f"wrk -t2 -c64 -d10s, p99 {r_p99:.2f} ms, non-3xx {r_bad}; best of "
