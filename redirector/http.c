@@ -4,6 +4,7 @@
 #include "http.h"
 #include "log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -333,6 +334,32 @@ http_resume(struct http_deferred *d)
 	MHD_resume_connection(st->conn);
 }
 
+/* Set while MHD_quiesce_daemon runs (one daemon per process). */
+static atomic_int quiescing;
+
+/* libmicrohttpd 0.9.75's MHD_quiesce_daemon races its own epoll workers:
+ * it marks a worker quiesced, then removes the listen socket from the
+ * worker's epoll set, and a worker that woke in between has removed it
+ * already. Its epoll_ctl then fails with ENOENT and the library panics
+ * (aborts) though the socket is out of the set, as wanted. Only that case
+ * is let through; any other panic aborts as libmicrohttpd's own would. */
+static void
+panic_cb(void *cls, const char *file, unsigned int line, const char *reason)
+{
+	int err = errno;
+
+	(void)cls;
+	if (atomic_load(&quiescing) && err == ENOENT && reason != NULL &&
+	    strstr(reason, "listen FD from epoll set") != NULL) {
+		log_warnx("http: %s:%u: %s (a worker had removed it already; ignored)",
+		    file ? file : "?", line, reason);
+		return;
+	}
+	log_error("http: libmicrohttpd panic at %s:%u: %s", file ? file : "?", line,
+	    reason ? reason : "");
+	abort();
+}
+
 struct http_server *
 http_start(const struct http_conf *conf, http_handler handler, void *ctx,
            char *errstr, size_t errstr_size)
@@ -355,6 +382,7 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 		free(s);
 		return NULL;
 	}
+	MHD_set_panic_func(panic_cb, NULL);
 	s->d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG |
 	    MHD_ALLOW_SUSPEND_RESUME,
 	    (uint16_t)conf->port, NULL, NULL, access_cb, s,
@@ -378,7 +406,11 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 void
 http_quiesce(struct http_server *s)
 {
-	MHD_socket fd = MHD_quiesce_daemon(s->d);
+	MHD_socket fd;
+
+	atomic_store(&quiescing, 1);
+	fd = MHD_quiesce_daemon(s->d);
+	atomic_store(&quiescing, 0);
 
 	if (fd != MHD_INVALID_SOCKET)
 		close(fd);
