@@ -15,9 +15,8 @@
 #include <time.h>
 
 #define COPY_CHUNK (256 * 1024)
-/* Connections loading one batch at once, each for the partitions
- * p % LANES == lane (2: the cores of a small server; see README). */
-#define LANES 2
+/* Connections loading at once, lane k for the partitions p % LANES == k. */
+#define LANES LOADER_LANES
 
 struct loader {
 	char *dsn, *group, *topic;
@@ -34,7 +33,7 @@ struct loader {
 	pthread_t thread;
 	pthread_mutex_t mtx;
 	pthread_cond_t cond;
-	struct batch *job;         /* submitted, not yet finished */
+	struct batch *job[LANES];  /* submitted, not yet finished (job[0] NULL: none) */
 	int busy, finished, quit;
 	int job_rc;
 	struct loader_result job_res;
@@ -723,22 +722,23 @@ lane_thread(void *arg)
 	return NULL;
 }
 
-/* Loads b over two connections at once: partitions p % 2 == 0 here, the
- * others on the peer, each in its own transaction with its own partitions'
- * offsets (so each half is exactly once by itself; when one fails, the
- * caller re-seeks to the stored offsets and only that half comes again). */
+/* Loads lanes[0] (partitions p % 2 == 0) here and lanes[1] (the others) on
+ * the peer's connection at once, each in its own transaction with its own
+ * partitions' offsets (so each half is exactly once by itself; when one
+ * fails, the caller re-seeks to the stored offsets and only that half comes
+ * again). */
 static int
-load_lanes(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
-           size_t errstr_size)
+load_lanes(struct loader *l, struct batch *const *lanes, struct loader_result *res,
+           char *errstr, size_t errstr_size)
 {
-	struct lane_job j1 = { l->peer, b, { 0, 0, 0 }, 0, "" };
+	struct lane_job j1 = { l->peer, lanes[1], { 0, 0, 0 }, 0, "" };
 	pthread_t th;
 	int threaded = pthread_create(&th, NULL, lane_thread, &j1) == 0;
 	int rc;
 
 	if (!threaded)
 		lane_thread(&j1);
-	rc = load(l, b, res, errstr, errstr_size);
+	rc = load(l, lanes[0], res, errstr, errstr_size);
 	if (threaded)
 		pthread_join(th, NULL);
 	if (j1.rc < 0) {
@@ -753,10 +753,10 @@ load_lanes(struct loader *l, struct batch *b, struct loader_result *res, char *e
 }
 
 int
-loader_load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
-            size_t errstr_size)
+loader_load(struct loader *l, struct batch *const *lanes, struct loader_result *res,
+            char *errstr, size_t errstr_size)
 {
-	return load_lanes(l, b, res, errstr, errstr_size);
+	return load_lanes(l, lanes, res, errstr, errstr_size);
 }
 
 int
@@ -835,15 +835,16 @@ worker(void *arg)
 
 	pthread_mutex_lock(&l->mtx);
 	for (;;) {
-		while (!l->quit && (l->job == NULL || l->finished))
+		while (!l->quit && (l->job[0] == NULL || l->finished))
 			pthread_cond_wait(&l->cond, &l->mtx);
 		if (l->quit)
 			break;
-		struct batch *b = l->job;
+		struct batch *lanes[LANES];
+		memcpy(lanes, l->job, sizeof(lanes));
 		pthread_mutex_unlock(&l->mtx);
 		struct loader_result res;
 		char err[512] = "";
-		int rc = load_lanes(l, b, &res, err, sizeof(err));
+		int rc = load_lanes(l, lanes, &res, err, sizeof(err));
 		pthread_mutex_lock(&l->mtx);
 		l->job_rc = rc;
 		l->job_res = res;
@@ -917,10 +918,10 @@ loader_new(const char *dsn, const char *group, const char *topic, char *errstr,
 }
 
 void
-loader_submit(struct loader *l, struct batch *b)
+loader_submit(struct loader *l, struct batch *const *lanes)
 {
 	pthread_mutex_lock(&l->mtx);
-	l->job = b;
+	memcpy(l->job, lanes, sizeof(l->job));
 	l->finished = 0;
 	l->busy = 1;
 	pthread_cond_broadcast(&l->cond);
@@ -954,7 +955,7 @@ loader_wait(struct loader *l, struct loader_result *res, char *errstr, size_t er
 	*res = l->job_res;
 	errstr_set(errstr, errstr_size, "%s", l->job_err);
 	l->busy = 0;
-	l->job = NULL;
+	memset(l->job, 0, sizeof(l->job));
 	l->finished = 0;
 	pthread_mutex_unlock(&l->mtx);
 	return rc;

@@ -1,8 +1,8 @@
-/* loader.h - loads batches into PostgreSQL, one transaction each: month
- * partitions, COPY into a temporary staging table, INSERT ... ON CONFLICT DO
- * NOTHING into visit_record with the rollups computed from the rows actually
- * inserted, rejects, and the partitions' next offsets. A worker thread runs
- * one load at a time so the caller can build the next batch meanwhile. */
+/* loader.h - loads batches into PostgreSQL, one transaction per lane: month
+ * partitions, a probe for ids already stored, COPY of the new rows into
+ * visit_record, the rollups of those rows, rejects and the partitions' next
+ * offsets. A worker thread runs one load at a time so the caller can build
+ * the next batch meanwhile. */
 #ifndef LP_INGEST_LOADER_H
 #define LP_INGEST_LOADER_H
 
@@ -12,6 +12,10 @@
 #include "batch.h"
 
 struct loader;
+
+/* A load is split by partition: lane k takes partitions p % LOADER_LANES ==
+ * k, each on its own connection and in its own transaction. */
+#define LOADER_LANES 2
 
 /* Outcome of one committed batch. */
 struct loader_result {
@@ -27,9 +31,11 @@ struct loader *loader_new(const char *dsn, const char *group, const char *topic,
 /* Waits for a running load, stops the worker, closes the connection. */
 void loader_free(struct loader *l);
 
-/* Asynchronous load: hands b to the worker (b stays the caller's, who must
- * not touch it until loader_wait returns). Only when idle. */
-void loader_submit(struct loader *l, struct batch *b);
+/* Asynchronous load: hands lanes[0..LOADER_LANES-1] to the worker, lanes[k]
+ * holding only messages of lane k's partitions (rows of other partitions are
+ * ignored). The batches stay the caller's, who must not touch them until
+ * loader_wait returns. Only when idle. */
+void loader_submit(struct loader *l, struct batch *const *lanes);
 /* 1 when a submitted load has finished (loader_wait would not block) or none
  * is running; 0 while it runs. */
 int loader_done(struct loader *l);
@@ -40,8 +46,8 @@ int loader_wait(struct loader *l, struct loader_result *res, char *errstr, size_
 
 /* The calls below run in the caller's thread and need the loader idle. */
 
-/* Loads b synchronously (as loader_submit + loader_wait). */
-int loader_load(struct loader *l, struct batch *b, struct loader_result *res,
+/* Loads lanes synchronously (as loader_submit + loader_wait). */
+int loader_load(struct loader *l, struct batch *const *lanes, struct loader_result *res,
                 char *errstr, size_t errstr_size);
 /* (Re)connects when needed and checks the connection. Returns 0 or -1. */
 int loader_connect(struct loader *l, char *errstr, size_t errstr_size);

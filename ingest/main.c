@@ -1,7 +1,9 @@
 /* ingest - linkpulse's Kafka -> enrich -> PostgreSQL loader: configuration,
  * signals and the consume / batch / load loop (one batch loading while the
- * next is built), with recovery from PostgreSQL failures and lost offsets. */
+ * next is built on the builder's lane threads), with recovery from
+ * PostgreSQL failures and lost offsets. */
 #include "batch.h"
+#include "builder.h"
 #include "compactor.h"
 #include "config.h"
 #include "consumer.h"
@@ -76,14 +78,18 @@ static const struct cfg_prog ingest_prog = {
 
 struct app {
 	struct ingest_conf conf;
-	struct enricher *enr;
+	struct builder *builder;
 	struct loader *loader;
 	struct compactor *compactor;
 	struct consumer *cons;
-	struct batch batches[2]; /* batches[cur] is being built; the other may be loading */
+	/* batches[cur] is being built by the builder (one batch per loading
+	 * lane); batches[!cur] may be loading */
+	struct batch batches[2][LOADER_LANES];
 	int cur;
 	int inflight;            /* batches[!cur] is with the loader */
 	int failed;              /* a load failed: drop, reconnect, re-seek */
+	size_t taken;            /* messages given to the builder since the last submit */
+	int64_t opened_ms;       /* monotonic ms when the first of them came */
 	double submitted;        /* when batches[!cur] went to the loader (s) */
 	const char *config_path; /* for SIGHUP */
 	int argc;
@@ -151,60 +157,113 @@ now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void
-account(struct app *a, const struct batch *b, const struct loader_result *res)
+/* Messages in the lanes of a batch. */
+static size_t
+messages(struct batch *const *lanes)
 {
-	stats_add_batch(b->messages, res->inserted, res->duplicates, res->rejects);
-	for (int32_t i = 0; i < b->ntouched; i++)
-		consumer_update_lag(a->cons, b->touched[i], b->next_offset[b->touched[i]]);
+	size_t n = 0;
+
+	for (int k = 0; k < LOADER_LANES; k++)
+		n += lanes[k]->messages;
+	return n;
+}
+
+static void
+reset_lanes(struct batch *lanes)
+{
+	for (int k = 0; k < LOADER_LANES; k++)
+		batch_reset(&lanes[k]);
+}
+
+static void
+account(struct app *a, struct batch *const *lanes, const struct loader_result *res)
+{
+	size_t n = messages(lanes);
+
+	stats_add_batch(n, res->inserted, res->duplicates, res->rejects);
+	for (int k = 0; k < LOADER_LANES; k++) {
+		const struct batch *b = lanes[k];
+		for (int32_t i = 0; i < b->ntouched; i++)
+			consumer_update_lag(a->cons, b->touched[i], b->next_offset[b->touched[i]]);
+	}
 	if (res->rejects)
-		log_warnx("batch: %zu messages, %llu rejected into visit_reject", b->messages,
+		log_warnx("batch: %zu messages, %llu rejected into visit_reject", n,
 		    (unsigned long long)res->rejects);
 	log_debug("batch committed: %zu messages, %llu rows, %llu duplicates, %llu rejects",
-	    b->messages, (unsigned long long)res->inserted, (unsigned long long)res->duplicates,
+	    n, (unsigned long long)res->inserted, (unsigned long long)res->duplicates,
 	    (unsigned long long)res->rejects);
 }
 
 static void
-load_failed(struct app *a, const struct batch *b, const char *err)
+load_failed(struct app *a, size_t n, const char *err)
 {
 	stats_add_failure();
 	atomic_store(&unhealthy, 1);
 	log_error("batch of %zu messages rolled back, nothing stored: %s; retrying from the "
-	    "stored offsets", b->messages, err);
+	    "stored offsets", n, err);
 	a->failed = 1;
+}
+
+/* Waits for the builder; a failed build makes the batch being built
+ * unusable (a re-seek follows). */
+static void
+sync_builder(struct app *a)
+{
+	char err[512];
+
+	if (builder_sync(a->builder, err, sizeof(err)) < 0) {
+		log_error("%s", err);
+		stats_add_failure();
+		a->failed = 1;
+	}
+}
+
+/* The lanes of batches[i] as the loader takes them. */
+static void
+lanes_of(struct app *a, int i, struct batch **lanes)
+{
+	for (int k = 0; k < LOADER_LANES; k++)
+		lanes[k] = &a->batches[i][k];
 }
 
 /* Collects the batch being loaded, if any. */
 static void
 finish_inflight(struct app *a)
 {
-	struct batch *b = &a->batches[!a->cur];
+	struct batch *lanes[LOADER_LANES];
 	struct loader_result res;
 	char err[512];
 
 	if (!a->inflight)
 		return;
+	lanes_of(a, !a->cur, lanes);
 	if (loader_wait(a->loader, &res, err, sizeof(err)) == 0) {
 		stats_observe_batch(now_s() - a->submitted);
-		account(a, b, &res);
+		account(a, lanes, &res);
 	} else
-		load_failed(a, b, err);
+		load_failed(a, messages(lanes), err);
 	a->inflight = 0;
-	batch_reset(b);
+	reset_lanes(a->batches[!a->cur]);
 }
 
 /* Hands the batch being built to the loader and starts a new one. */
 static void
 submit(struct app *a)
 {
+	struct batch *lanes[LOADER_LANES];
+
+	sync_builder(a);
 	finish_inflight(a);
+	a->taken = 0;
 	if (a->failed)
 		return;
 	a->submitted = now_s();
-	loader_submit(a->loader, &a->batches[a->cur]);
+	lanes_of(a, a->cur, lanes);
+	loader_submit(a->loader, lanes);
 	a->inflight = 1;
 	a->cur = !a->cur;
+	lanes_of(a, a->cur, lanes);
+	builder_set_targets(a->builder, lanes);
 }
 
 /* Finishes everything taken so far: the batch loading and the one being
@@ -213,21 +272,24 @@ static void
 drain(void *ctx)
 {
 	struct app *a = ctx;
-	struct batch *b = &a->batches[a->cur];
+	struct batch *lanes[LOADER_LANES];
 	struct loader_result res;
 	char err[512];
 
+	sync_builder(a);
 	finish_inflight(a);
-	if (!a->failed && b->messages > 0) {
+	lanes_of(a, a->cur, lanes);
+	if (!a->failed && messages(lanes) > 0) {
 		double t0 = now_s();
 
-		if (loader_load(a->loader, b, &res, err, sizeof(err)) == 0) {
+		if (loader_load(a->loader, lanes, &res, err, sizeof(err)) == 0) {
 			stats_observe_batch(now_s() - t0);
-			account(a, b, &res);
+			account(a, lanes, &res);
 		} else
-			load_failed(a, b, err);
+			load_failed(a, messages(lanes), err);
 	}
-	batch_reset(b);
+	reset_lanes(a->batches[a->cur]);
+	a->taken = 0;
 }
 
 /* Sleeps about ms while keeping the consumer polled (messages dropped: a
@@ -252,9 +314,11 @@ recover(struct app *a)
 	int backoff = 200;
 	char err[512];
 
-	batch_reset(&a->batches[a->cur]);
+	builder_sync(a->builder, err, sizeof(err)); /* a failure is already being handled */
+	reset_lanes(a->batches[a->cur]);
 	finish_inflight(a);
-	batch_reset(&a->batches[a->cur]);
+	reset_lanes(a->batches[a->cur]);
+	a->taken = 0;
 	while (!stop_flag && loader_connect(a->loader, err, sizeof(err)) < 0) {
 		log_error("PostgreSQL unavailable: %s; retrying in %d ms", err, backoff);
 		idle_poll(a, backoff);
@@ -316,11 +380,11 @@ out_of_range(struct app *a, int32_t p, int64_t at, const char *what)
 	consumer_reseek(a->cons);
 }
 
-static void
+/* Takes one message: to the builder (which then owns it; returns 1), or
+ * handled here (returns 0: the caller destroys it). */
+static int
 handle_message(struct app *a, rd_kafka_message_t *m)
 {
-	struct batch *b = &a->batches[a->cur];
-	char err[512];
 	int64_t exp;
 
 	if (m->err) {
@@ -329,28 +393,23 @@ handle_message(struct app *a, rd_kafka_message_t *m)
 			out_of_range(a, m->partition, m->offset, rd_kafka_message_errstr(m));
 		else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 			log_warnx("kafka: %s", rd_kafka_message_errstr(m));
-		return;
+		return 0;
 	}
 	exp = consumer_expected(a->cons, m->partition);
 	if (exp < 0 || m->offset < exp) {
 		log_debug("dropping stale message partition %d offset %lld (expected %lld)",
 		    m->partition, (long long)m->offset, (long long)exp);
-		return;
+		return 0;
 	}
 	if (m->offset > exp)
 		log_warnx("partition %d: offsets %lld..%lld skipped by the broker (compaction or "
 		    "transaction markers)", m->partition, (long long)exp, (long long)m->offset - 1);
-	if (b->messages == 0)
-		b->opened_ms = now_ms();
-	if (batch_add(b, a->enr, m->partition, m->offset, m->payload, m->len, err,
-	    sizeof(err)) < 0) {
-		log_error("partition %d offset %lld: %s", m->partition, (long long)m->offset, err);
-		stats_add_failure();
-		a->failed = 1;
-		return;
-	}
+	if (a->taken++ == 0)
+		a->opened_ms = now_ms();
 	consumer_set_expected(a->cons, m->partition, m->offset + 1);
 	stats_add_consumed(1);
+	builder_push(a->builder, m);
+	return 1;
 }
 
 static void
@@ -377,7 +436,6 @@ run(struct app *a)
 	int64_t last_log = now_ms();
 
 	while (!stop_flag) {
-		struct batch *b;
 		rd_kafka_message_t *m;
 
 		if (hup_flag)
@@ -386,14 +444,12 @@ run(struct app *a)
 			recover(a);
 			continue;
 		}
-		if ((m = consumer_poll(a->cons, a->inflight ? 5 : 100)) != NULL) {
-			handle_message(a, m);
+		if ((m = consumer_poll(a->cons, a->inflight ? 5 : 100)) != NULL &&
+		    !handle_message(a, m))
 			rd_kafka_message_destroy(m);
-		}
-		b = &a->batches[a->cur];
-		if (b->messages > 0 && !a->failed &&
-		    ((long long)b->messages >= a->conf.batch_max_events ||
-		    now_ms() - b->opened_ms >= a->conf.batch_max_ms))
+		if (a->taken > 0 && !a->failed &&
+		    ((long long)a->taken >= a->conf.batch_max_events ||
+		    now_ms() - a->opened_ms >= a->conf.batch_max_ms))
 			submit(a);
 		else if (a->inflight && loader_done(a->loader))
 			finish_inflight(a);
@@ -433,8 +489,9 @@ main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	batch_init(&a.batches[0]);
-	batch_init(&a.batches[1]);
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < LOADER_LANES; k++)
+			batch_init(&a.batches[i][k]);
 
 	if ((a.metrics = metrics_new()) == NULL ||
 	    stats_metrics(a.metrics, errstr, sizeof(errstr)) < 0 ||
@@ -446,11 +503,18 @@ main(int argc, char **argv)
 	}
 	log_info("metrics on http://%s:%d/metrics", a.conf.metrics_addr,
 	    metricsd_port(a.metricsd));
-	if ((a.enr = enrich_new(a.conf.geoip_city_db, a.conf.geoip_isp_db, a.conf.geoip_locale,
-	    a.conf.uap_regexes, (size_t)a.conf.ua_cache_entries, errstr, sizeof(errstr))) == NULL) {
-		log_fatalx("enrichment: %s", errstr);
-		rc = 1;
-		goto out;
+	{
+		struct builder_conf bc = { a.conf.geoip_city_db, a.conf.geoip_isp_db,
+		    a.conf.geoip_locale, a.conf.uap_regexes, (size_t)a.conf.ua_cache_entries };
+		struct batch *lanes[LOADER_LANES];
+
+		if ((a.builder = builder_new(&bc, errstr, sizeof(errstr))) == NULL) {
+			log_fatalx("enrichment: %s", errstr);
+			rc = 1;
+			goto out;
+		}
+		lanes_of(&a, a.cur, lanes);
+		builder_set_targets(a.builder, lanes);
 	}
 	if ((a.loader = loader_new(a.conf.pg_dsn, a.conf.kafka_group, a.conf.kafka_topic, errstr,
 	    sizeof(errstr))) == NULL) {
@@ -489,9 +553,10 @@ out:
 	compactor_stop(a.compactor);
 	metricsd_stop(a.metricsd);
 	loader_free(a.loader);
-	enrich_free(a.enr);
-	batch_free(&a.batches[0]);
-	batch_free(&a.batches[1]);
+	builder_free(a.builder);
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < LOADER_LANES; k++)
+			batch_free(&a.batches[i][k]);
 	{
 		struct ingest_stats st;
 		stats_get(&st);
