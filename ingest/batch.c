@@ -1,14 +1,16 @@
-/* batch.c - builds a batch: COPY text rows for visit_record (escaped once,
- * straight into one growing buffer), rejects with their raw bytes, per
- * partition next offsets and the months touched. */
+/* batch.c - builds a batch: COPY rows for visit_record (binary format,
+ * straight into one growing buffer), the rollup input rows (COPY text),
+ * rejects with their raw bytes, per partition next offsets and the months. */
 #include "batch.h"
 
 #include "errstr.h"
 #include "event.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 void
@@ -139,6 +141,93 @@ put_ll(struct batch_buf *buf, long long v)
 	put_raw(buf, num, (size_t)n);
 	return 0;
 }
+
+/* COPY's binary format (PostgreSQL's "Binary Format" of COPY): per field a
+ * 32-bit big-endian length (-1: NULL) and the type's binary send form. */
+
+static void
+put_be(struct batch_buf *buf, uint64_t v, int bytes)
+{
+	for (int i = bytes - 1; i >= 0; i--)
+		buf->data[buf->len++] = (char)(v >> (8 * i));
+}
+
+static int
+bin_bytes(struct batch_buf *buf, const char *s, size_t len)
+{
+	if (len > INT32_MAX || reserve(buf, 4 + len) < 0)
+		return -1;
+	put_be(buf, len, 4);
+	put_raw(buf, s, len);
+	return 0;
+}
+
+static int
+bin_null(struct batch_buf *buf)
+{
+	if (reserve(buf, 4) < 0)
+		return -1;
+	put_be(buf, UINT32_MAX, 4);
+	return 0;
+}
+
+/* A C string as text (or char(n), varchar); "" is NULL when empty_null. */
+static int
+bin_str(struct batch_buf *buf, const char *s, int empty_null)
+{
+	if (s == NULL || (empty_null && *s == '\0'))
+		return bin_null(buf);
+	return bin_bytes(buf, s, strlen(s));
+}
+
+/* bigint (8), smallint (2) or boolean (1 byte). */
+static int
+bin_int(struct batch_buf *buf, int64_t v, int bytes)
+{
+	if (reserve(buf, 4 + (size_t)bytes) < 0)
+		return -1;
+	put_be(buf, (uint64_t)bytes, 4);
+	put_be(buf, (uint64_t)v, bytes);
+	return 0;
+}
+
+/* timestamptz: microseconds since 2000-01-01 00:00:00 UTC. */
+static int
+bin_ts(struct batch_buf *buf, int64_t unix_us)
+{
+	return bin_int(buf, unix_us - INT64_C(946684800000000), 8);
+}
+
+/* inet (a host address, so cidr 0 and all bits) of a numeric address; NULL
+ * when ip is none (geo.c's check, also inet_pton, decides ip_valid). */
+static int
+bin_inet(struct batch_buf *buf, const char *ip)
+{
+	unsigned char a[16];
+	int nb;
+
+	if (ip != NULL && inet_pton(AF_INET, ip, a) == 1)
+		nb = 4;
+	else if (ip != NULL && inet_pton(AF_INET6, ip, a) == 1)
+		nb = 16;
+	else
+		return bin_null(buf);
+	if (reserve(buf, 8 + (size_t)nb) < 0)
+		return -1;
+	put_be(buf, 4 + (uint64_t)nb, 4);
+	buf->data[buf->len++] = nb == 4 ? 2 : 3; /* PGSQL_AF_INET, PGSQL_AF_INET6 */
+	buf->data[buf->len++] = (char)(nb * 8);  /* bits */
+	buf->data[buf->len++] = 0;               /* not cidr */
+	buf->data[buf->len++] = (char)nb;
+	put_raw(buf, (const char *)a, (size_t)nb);
+	return 0;
+}
+
+/* The 11-byte signature, flags (32 bits, 0) and the header extension's
+ * length (32 bits, 0: the literal's own terminating NUL is its last byte). */
+const char batch_copy_header[BATCH_COPY_HEADER_SIZE] =
+	"PGCOPY\n\377\r\n\0" "\0\0\0\0" "\0\0\0";
+const char batch_copy_trailer[2] = { (char)0xff, (char)0xff };
 
 void
 batch_format_ts(long long us, char *out, size_t out_size, int32_t *month)
@@ -293,38 +382,40 @@ put_row(struct batch *b, const struct event *ev, const struct enrich_row *er, in
 	int rc = 0;
 
 	batch_format_ts(ev->ts, ts, sizeof(ts), month);
-	rc |= put_ll(c, ev->id);
-	rc |= ev->has_link_id ? put_ll(c, ev->link_id) : batch_put_text(c, NULL, 0);
-	rc |= batch_put_text(c, ev->code, ev->code_len);
-	rc |= put_str(c, er->client_id, 0);
-	rc |= put_str(c, er->ip_valid ? ev->ip : NULL, 1);
-	rc |= put_str(c, ts, 0);
-	rc |= put_ll(c, ev->status);
-	rc |= batch_put_text(c, ev->user_agent, ev->user_agent_len);
-	rc |= put_str(c, ev->referer, 0);
-	rc |= put_str(c, er->referer_host, 1);
-	rc |= put_str(c, ev->accept_language, 0);
-	rc |= put_str(c, er->language, 1);
-	rc |= put_str(c, ev->host, 0);
-	rc |= put_str(c, ev->query, 0);
-	rc |= put_str(c, g->country_code, 1);
-	rc |= put_str(c, g->country, 1);
-	rc |= put_str(c, g->province, 1);
-	rc |= put_str(c, g->city, 1);
-	rc |= put_str(c, g->isp, 1);
-	rc |= g->asn >= 0 ? put_ll(c, g->asn) : batch_put_text(c, NULL, 0);
-	rc |= put_str(c, u->browser.family, 1);
-	rc |= put_str(c, er->browser_version, 1);
-	rc |= put_str(c, u->os.family, 1);
-	rc |= put_str(c, er->os_version, 1);
-	rc |= put_str(c, u->device_type, 1);
-	rc |= put_str(c, u->device.family, 1);
-	rc |= put_str(c, u->device.brand, 1);
-	rc |= put_str(c, u->device.model, 1);
-	rc |= put_str(c, u->is_bot ? "t" : "f", 0);
+	if (reserve(c, 2) < 0)
+		return -1;
+	put_be(c, BATCH_COPY_NCOLUMNS, 2);
+	rc |= bin_int(c, ev->id, 8);
+	rc |= ev->has_link_id ? bin_int(c, ev->link_id, 8) : bin_null(c);
+	rc |= bin_bytes(c, ev->code, ev->code_len);
+	rc |= bin_str(c, er->client_id, 0);
+	rc |= bin_inet(c, er->ip_valid ? ev->ip : NULL);
+	rc |= bin_ts(c, ev->ts);
+	rc |= bin_int(c, ev->status, 2);
+	rc |= ev->user_agent ? bin_bytes(c, ev->user_agent, ev->user_agent_len) : bin_null(c);
+	rc |= bin_str(c, ev->referer, 0);
+	rc |= bin_str(c, er->referer_host, 1);
+	rc |= bin_str(c, ev->accept_language, 0);
+	rc |= bin_str(c, er->language, 1);
+	rc |= bin_str(c, ev->host, 0);
+	rc |= bin_str(c, ev->query, 0);
+	rc |= bin_str(c, g->country_code, 1);
+	rc |= bin_str(c, g->country, 1);
+	rc |= bin_str(c, g->province, 1);
+	rc |= bin_str(c, g->city, 1);
+	rc |= bin_str(c, g->isp, 1);
+	rc |= g->asn >= 0 ? bin_int(c, g->asn, 8) : bin_null(c);
+	rc |= bin_str(c, u->browser.family, 1);
+	rc |= bin_str(c, er->browser_version, 1);
+	rc |= bin_str(c, u->os.family, 1);
+	rc |= bin_str(c, er->os_version, 1);
+	rc |= bin_str(c, u->device_type, 1);
+	rc |= bin_str(c, u->device.family, 1);
+	rc |= bin_str(c, u->device.brand, 1);
+	rc |= bin_str(c, u->device.model, 1);
+	rc |= bin_int(c, u->is_bot != 0, 1);
 	if (rc)
 		return -1;
-	c->data[c->len - 1] = '\n'; /* the last tab ends the row */
 	return put_roll(&b->roll, ev, er, ts);
 }
 

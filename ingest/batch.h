@@ -1,5 +1,5 @@
-/* batch.h - one ingest batch: the COPY text rows of visit_record built from
- * consumed messages, the rejected messages, the next offset of each partition
+/* batch.h - one ingest batch: the COPY rows (binary format) of visit_record
+ * built from consumed messages, the rejected messages, the next offset of each partition
  * touched and the UTC months whose partitions must exist. */
 #ifndef LP_INGEST_BATCH_H
 #define LP_INGEST_BATCH_H
@@ -9,12 +9,17 @@
 
 #include "enrich.h"
 
-/* Columns of visit_record filled by COPY, in row order. */
+/* Columns of visit_record filled by COPY, in row order; rows are in COPY's
+ * binary format, sent after batch_copy_header and before batch_copy_trailer. */
 #define BATCH_COPY_COLUMNS \
 	"id, url_link_id, unique_code, client_id, client_ip, visit_time, http_status, " \
 	"user_agent, referer, referer_host, accept_language, language, host, query_string, " \
 	"country_code, country, province, city, isp, asn, browser_type, browser_version, " \
 	"os_type, os_version, device_type, device_family, device_brand, device_model, is_bot"
+#define BATCH_COPY_NCOLUMNS 29
+#define BATCH_COPY_HEADER_SIZE 19
+extern const char batch_copy_header[BATCH_COPY_HEADER_SIZE];
+extern const char batch_copy_trailer[2];
 
 /* Columns of the loader's temporary rollup input table (one row per visit,
  * in the same order as the rows of copy): the breakdown values are already
@@ -48,7 +53,7 @@ struct batch_buf {
 };
 
 struct batch {
-	struct batch_buf copy;      /* COPY text rows of BATCH_COPY_COLUMNS */
+	struct batch_buf copy;      /* COPY binary rows of BATCH_COPY_COLUMNS */
 	size_t rows;                /* rows in copy */
 	struct batch_buf roll;      /* COPY text rows of BATCH_ROLL_COLUMNS */
 	struct batch_row *row;      /* owned: rows entries */

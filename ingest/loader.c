@@ -332,9 +332,10 @@ copy_rows(struct loader *l, const struct batch *b, const unsigned char *keep, ch
 	int rc = 0;
 	size_t i = 0;
 
-	if (copy_begin(l, "COPY visit_record (" BATCH_COPY_COLUMNS ") FROM STDIN", errstr,
-	    errstr_size) < 0)
+	if (copy_begin(l, "COPY visit_record (" BATCH_COPY_COLUMNS ") FROM STDIN (FORMAT binary)",
+	    errstr, errstr_size) < 0)
 		return -1;
+	rc = copy_put(l, batch_copy_header, sizeof(batch_copy_header), errstr, errstr_size);
 	while (rc == 0 && i < b->rows) {
 		size_t j, from, to;
 
@@ -349,6 +350,9 @@ copy_rows(struct loader *l, const struct batch *b, const unsigned char *keep, ch
 		rc = copy_put(l, b->copy.data + from, to - from, errstr, errstr_size);
 		i = j;
 	}
+	if (rc == 0)
+		rc = copy_put(l, batch_copy_trailer, sizeof(batch_copy_trailer), errstr,
+		    errstr_size);
 	return copy_end(l, rc, errstr, errstr_size);
 }
 

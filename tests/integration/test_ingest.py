@@ -278,6 +278,9 @@ def test_events_become_enriched_rows_and_rollups(procs, pg, broker):
                                     status=302))
     events.append(gen.event(user_agent=None, referer=None, accept_language=None, host=None,
                             query=None))
+    events.append(gen.event(user_agent="Mozilla/5.0 (Linux; Android 14; Pixel 8) \u00e9\u4e2d\t\\x",
+                            referer="https://b\u00fccher.example/\u00e4?q=\u2603\nx",
+                            accept_language="zh-CN,zh;q=0.9", query="a=\u00e9&b=\\N"))
     uap = uap_user_agents(limit=150)
     for ua, _ in uap:
         events.append(gen.event(user_agent=ua))
@@ -288,6 +291,19 @@ def test_events_become_enriched_rows_and_rollups(procs, pg, broker):
     assert pg.psql("SELECT count(DISTINCT id) FROM visit_record") == str(len(events))
 
     by_id = {e["id"]: e for e in events}
+    # every field as sent (the COPY rows are in binary format: each type's
+    # encoding, NULLs, tabs, backslashes and non-ASCII text)
+    stored = json.loads(pg.psql(
+        "SELECT json_agg(json_build_object('id', id, 'link_id', url_link_id, 'code', unique_code,"
+        " 'ts', (extract(epoch FROM visit_time) * 1000000)::bigint, 'status', http_status,"
+        " 'user_agent', user_agent, 'referer', referer, 'accept_language', accept_language,"
+        " 'host', host, 'query', query_string)) FROM visit_record"))
+    assert len(stored) == len(events)
+    for r in stored:
+        e = by_id[r["id"]]
+        for k in ("link_id", "code", "ts", "status", "user_agent", "referer", "accept_language",
+                  "host", "query"):
+            assert r[k] == e[k], (k, r[k], e[k])
     # client_id = sha1(ip & ua) for every row
     for line in pg.psql("SELECT id, client_id, coalesce(host(client_ip), '-') FROM visit_record"
                         ).splitlines():
