@@ -74,7 +74,8 @@ check_field(const struct field *f, json_t *v, char *reason, size_t reason_size)
 		    type_name(f->type));
 		return -1;
 	}
-	if (json_is_string(v) && f->max_chars &&
+	/* characters <= bytes: count them only when the bytes exceed the limit */
+	if (json_is_string(v) && f->max_chars && json_string_length(v) > f->max_chars &&
 	    utf8_chars(json_string_value(v), json_string_length(v)) > f->max_chars) {
 		errstr_set(reason, reason_size, "bad value: %s: longer than %zu characters",
 		    f->name, f->max_chars);
@@ -96,49 +97,50 @@ str_or_null(json_t *v, size_t *len)
 	return json_string_value(v);
 }
 
+/* The fields' values (val[i] of fields[i], all present and of their type). */
 static int
-fill(json_t *root, struct event *ev, char *reason, size_t reason_size)
+fill(json_t *const *val, struct event *ev, char *reason, size_t reason_size)
 {
 	json_t *v;
 	long long st;
 
 	memset(ev, 0, sizeof(*ev));
-	ev->id = json_integer_value(json_object_get(root, "id"));
+	ev->id = json_integer_value(val[1]);
 	if (ev->id < 1) {
 		errstr_set(reason, reason_size, "bad value: id: %lld is below 1", ev->id);
 		return -1;
 	}
-	ev->ts = json_integer_value(json_object_get(root, "ts"));
+	ev->ts = json_integer_value(val[2]);
 	if (ev->ts < 0 || ev->ts > EVENT_TS_MAX) {
 		errstr_set(reason, reason_size, "bad value: ts: %lld is outside 0..%lld",
 		    ev->ts, EVENT_TS_MAX);
 		return -1;
 	}
-	v = json_object_get(root, "code");
+	v = val[3];
 	ev->code = json_string_value(v);
 	ev->code_len = json_string_length(v);
 	if (ev->code_len == 0) {
 		errstr_set(reason, reason_size, "bad value: code: empty");
 		return -1;
 	}
-	v = json_object_get(root, "link_id");
+	v = val[4];
 	if (json_is_integer(v)) {
 		ev->link_id = json_integer_value(v);
 		ev->has_link_id = 1;
 	}
-	st = json_integer_value(json_object_get(root, "status"));
+	st = json_integer_value(val[5]);
 	if (st != 301 && st != 302 && st != 307 && st != 308 && st != 404 && st != 410) {
 		errstr_set(reason, reason_size,
 		    "bad value: status: %lld is not one of 301, 302, 307, 308, 404, 410", st);
 		return -1;
 	}
 	ev->status = (int)st;
-	ev->ip = json_string_value(json_object_get(root, "ip"));
-	ev->user_agent = str_or_null(json_object_get(root, "user_agent"), &ev->user_agent_len);
-	ev->referer = str_or_null(json_object_get(root, "referer"), NULL);
-	ev->accept_language = str_or_null(json_object_get(root, "accept_language"), NULL);
-	ev->host = str_or_null(json_object_get(root, "host"), NULL);
-	ev->query = str_or_null(json_object_get(root, "query"), NULL);
+	ev->ip = json_string_value(val[6]);
+	ev->user_agent = str_or_null(val[7], &ev->user_agent_len);
+	ev->referer = str_or_null(val[8], NULL);
+	ev->accept_language = str_or_null(val[9], NULL);
+	ev->host = str_or_null(val[10], NULL);
+	ev->query = str_or_null(val[11], NULL);
 	return 0;
 }
 
@@ -147,9 +149,9 @@ event_parse(const void *buf, size_t len, json_t **root, struct event *ev,
             char *reason, size_t reason_size)
 {
 	json_error_t jerr;
-	json_t *r, *v;
+	json_t *r, *v, *val[NFIELDS];
 	const char *key;
-	size_t i;
+	size_t i, missing = 0;
 
 	*root = NULL;
 	if ((r = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr)) == NULL) {
@@ -174,24 +176,32 @@ event_parse(const void *buf, size_t len, json_t **root, struct event *ev,
 		free(txt);
 		goto bad;
 	}
-	json_object_foreach(r, key, v) {
-		for (i = 0; i < NFIELDS; i++)
-			if (strcmp(key, fields[i].name) == 0)
-				break;
-		if (i == NFIELDS) {
-			errstr_set(reason, reason_size, "unknown field: %.64s", key);
-			goto bad;
+	val[0] = v;
+	for (i = 1; i < NFIELDS; i++)
+		if ((val[i] = json_object_get(r, fields[i].name)) == NULL && missing == 0)
+			missing = i;
+	/* Keys are unique (JSON_REJECT_DUPLICATES): with every field present
+	 * and no more keys than fields there is no unknown one to look for. An
+	 * unknown field is reported before a missing one. */
+	if (missing || json_object_size(r) != NFIELDS) {
+		json_object_foreach(r, key, v) {
+			for (i = 0; i < NFIELDS; i++)
+				if (strcmp(key, fields[i].name) == 0)
+					break;
+			if (i == NFIELDS) {
+				errstr_set(reason, reason_size, "unknown field: %.64s", key);
+				goto bad;
+			}
 		}
 	}
-	for (i = 1; i < NFIELDS; i++) {
-		if ((v = json_object_get(r, fields[i].name)) == NULL) {
-			errstr_set(reason, reason_size, "missing field: %s", fields[i].name);
-			goto bad;
-		}
-		if (check_field(&fields[i], v, reason, reason_size) < 0)
-			goto bad;
+	if (missing) {
+		errstr_set(reason, reason_size, "missing field: %s", fields[missing].name);
+		goto bad;
 	}
-	if (fill(r, ev, reason, reason_size) < 0)
+	for (i = 1; i < NFIELDS; i++)
+		if (check_field(&fields[i], val[i], reason, reason_size) < 0)
+			goto bad;
+	if (fill(val, ev, reason, reason_size) < 0)
 		goto bad;
 	*root = r;
 	return 0;
