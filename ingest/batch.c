@@ -130,15 +130,44 @@ put_str(struct batch_buf *buf, const char *s, int empty_null)
 	return batch_put_text(buf, s, strlen(s));
 }
 
+/* Appends n bytes of s to out (size bytes, *len used), as many as fit
+ * leaving room for a terminating NUL. */
+static void
+cat(char *out, size_t size, size_t *len, const char *s, size_t n)
+{
+	if (n > size - 1 - *len)
+		n = size - 1 - *len;
+	memcpy(out + *len, s, n);
+	*len += n;
+}
+
+/* Writes the last width decimal digits of v (>= 0) at p. */
+static void
+digits(char *p, unsigned long long v, int width)
+{
+	while (width-- > 0) {
+		p[width] = (char)('0' + v % 10);
+		v /= 10;
+	}
+}
+
 static int
 put_ll(struct batch_buf *buf, long long v)
 {
 	char num[24];
-	int n = snprintf(num, sizeof(num), "%lld\t", v);
+	unsigned long long u = v < 0 ? 0 - (unsigned long long)v : (unsigned long long)v;
+	int n = 0;
 
-	if (reserve(buf, (size_t)n) < 0)
+	do {
+		num[sizeof(num) - 1 - n++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (v < 0)
+		num[sizeof(num) - 1 - n++] = '-';
+	if (reserve(buf, (size_t)n + 1) < 0)
 		return -1;
-	put_raw(buf, num, (size_t)n);
+	put_raw(buf, num + sizeof(num) - n, (size_t)n);
+	buf->data[buf->len++] = '\t';
 	return 0;
 }
 
@@ -232,14 +261,47 @@ const char batch_copy_trailer[2] = { (char)0xff, (char)0xff };
 void
 batch_format_ts(long long us, char *out, size_t out_size, int32_t *month)
 {
-	time_t secs = (time_t)(us / 1000000);
-	struct tm tm;
+	/* the proleptic Gregorian date of a day count (H. Hinnant's
+	 * civil_from_days), without gmtime_r's lock and snprintf */
+	const long long day_us = 86400LL * 1000000;
+	long long days = us / day_us, rem = us % day_us, z, era, doe, yoe, doy, mp, y, m, d;
+	char t[30];
 
-	gmtime_r(&secs, &tm);
-	snprintf(out, out_size, "%04d-%02d-%02d %02d:%02d:%02d.%06lld+00", tm.tm_year + 1900,
-	    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, us % 1000000);
+	if (rem < 0) {
+		rem += day_us;
+		days--;
+	}
+	z = days + 719468;
+	era = (z >= 0 ? z : z - 146096) / 146097;
+	doe = z - era * 146097;
+	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+	doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+	mp = (5 * doy + 2) / 153;
+	d = doy - (153 * mp + 2) / 5 + 1;
+	m = mp < 10 ? mp + 3 : mp - 9;
+	y = yoe + era * 400 + (m <= 2);
+	/* "YYYY-MM-DD HH:MM:SS.uuuuuu+00" */
+	digits(t, (unsigned long long)y, 4);
+	t[4] = '-';
+	digits(t + 5, (unsigned long long)m, 2);
+	t[7] = '-';
+	digits(t + 8, (unsigned long long)d, 2);
+	t[10] = ' ';
+	digits(t + 11, (unsigned long long)(rem / 3600000000LL), 2);
+	t[13] = ':';
+	digits(t + 14, (unsigned long long)(rem / 60000000 % 60), 2);
+	t[16] = ':';
+	digits(t + 17, (unsigned long long)(rem / 1000000 % 60), 2);
+	t[19] = '.';
+	digits(t + 20, (unsigned long long)(rem % 1000000), 6);
+	memcpy(t + 26, "+00", 4);
+	if (out_size > 0) {
+		size_t n = out_size - 1 < 29 ? out_size - 1 : 29;
+		memcpy(out, t, n);
+		out[n] = '\0';
+	}
 	if (month)
-		*month = (int32_t)((tm.tm_year + 1900) * 12 + tm.tm_mon);
+		*month = (int32_t)(y * 12 + m - 1);
 }
 
 int
@@ -340,17 +402,27 @@ put_roll(struct batch_buf *r, const struct event *ev, const struct enrich_row *e
 	char v2[sizeof(g->country_code) + sizeof(g->province) + 1];
 	char v3[sizeof(g->country_code) + sizeof(g->province) + sizeof(g->city) + 2];
 	char v6[sizeof(u->browser.family) + sizeof(er->browser_version) + 1];
+	size_t n2 = 0, n3 = 0, n6 = 0;
 	int rc = 0;
 
-	v2[0] = v3[0] = v6[0] = '\0';
-	if (*prov)
-		snprintf(v2, sizeof(v2), "%s/%s", cc, prov);
-	if (*city)
-		snprintf(v3, sizeof(v3), "%s/%s/%s", cc, prov, city);
-	if (*br && *bv)
-		snprintf(v6, sizeof(v6), "%s %.*s", br, (int)strcspn(bv, "."), bv);
-	else
-		snprintf(v6, sizeof(v6), "%s", br);
+	if (*prov) {
+		cat(v2, sizeof(v2), &n2, cc, strlen(cc));
+		cat(v2, sizeof(v2), &n2, "/", 1);
+		cat(v2, sizeof(v2), &n2, prov, strlen(prov));
+	}
+	v2[n2] = '\0';
+	if (*city) {
+		cat(v3, sizeof(v3), &n3, v2, n2);
+		cat(v3, sizeof(v3), &n3, "/", 1);
+		cat(v3, sizeof(v3), &n3, city, strlen(city));
+	}
+	v3[n3] = '\0';
+	cat(v6, sizeof(v6), &n6, br, strlen(br));
+	if (*br && *bv) {
+		cat(v6, sizeof(v6), &n6, " ", 1);
+		cat(v6, sizeof(v6), &n6, bv, strcspn(bv, "."));
+	}
+	v6[n6] = '\0';
 	rc |= ev->has_link_id ? put_ll(r, ev->link_id) : batch_put_text(r, NULL, 0);
 	rc |= batch_put_text(r, ev->code, ev->code_len);
 	rc |= put_str(r, er->client_id, 0);
