@@ -57,7 +57,7 @@ static const struct cfg_opt ingest_tab[] = {
 	{ "metrics_addr", CFG_STR, "127.0.0.1", 0, 0, NULL, OFF(metrics_addr), 0,
 	  "address of the /metrics and /healthz listener (numeric IPv4 or IPv6; 0.0.0.0 = all)" },
 	{ "metrics_port", CFG_INT, "9101", 1, 65535, NULL, OFF(metrics_port), 0, "port of /metrics and /healthz" },
-	{ "batch_max_events", CFG_INT, "20000", 1, 1000000, NULL, OFF(batch_max_events), 1, "close a batch at this many events" },
+	{ "batch_max_events", CFG_INT, "40000", 1, 1000000, NULL, OFF(batch_max_events), 1, "close a batch at this many events" },
 	{ "batch_max_ms", CFG_INT, "500", 1, 600000, NULL, OFF(batch_max_ms), 1, "close a batch after this long" },
 	{ "kafka_session_timeout_ms", CFG_INT, "10000", 1000, 300000, NULL, OFF(kafka_session_timeout_ms), 0,
 	  "consumer group session timeout (a killed ingest's partitions move after this)" },

@@ -17,8 +17,8 @@ the hottest link, which keeps its partition under the dev broker's 5 MiB
 
 Knobs (environment): LP_BENCH_INGEST_KEY (code; id as before),
 LP_BENCH_INGEST_HEAD (2), LP_BENCH_INGEST_EVENTS (200000), LP_BENCH_INGEST_BATCH and
-LP_BENCH_INGEST_BATCH_MS (ingest's batch_max_events and batch_max_ms: 20000 and 500, its
-defaults; 50000 and 1000 until the tenth session), LP_BENCH_INGEST_LOG (ingest
+LP_BENCH_INGEST_BATCH_MS (ingest's batch_max_events and batch_max_ms: 40000 and 500, its
+defaults; 50000 and 1000 until the tenth session, 20000 and 500 until the fourteenth), LP_BENCH_INGEST_LOG (ingest
 log level; debug prints per-batch COPY / insert+rollup times),
 LP_BENCH_INGEST_PGOPTIONS (PGOPTIONS for ingest's sessions, e.g. auto_explain),
 LP_BENCH_INGEST_DEBUG=1 (print ingest's and PostgreSQL's logs at the end)."""
@@ -106,7 +106,7 @@ def run(bin_dir, work):
             "pg_dsn": pg.dsn, "kafka_bootstrap": broker.bootstrap, "geoip_city_db": geo,
             "metrics_port": lpstack.free_port(),
             # ingest's own defaults unless asked: 20,000 events or 500 ms
-            "batch_max_events": int(os.environ.get("LP_BENCH_INGEST_BATCH", "20000")),
+            "batch_max_events": int(os.environ.get("LP_BENCH_INGEST_BATCH", "40000")),
             "batch_max_ms": int(os.environ.get("LP_BENCH_INGEST_BATCH_MS", "500")),
             "log_level": os.environ.get("LP_BENCH_INGEST_LOG", "info")},
             env={"PGOPTIONS": os.environ.get("LP_BENCH_INGEST_PGOPTIONS", "")})
