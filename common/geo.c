@@ -28,6 +28,7 @@ struct geo_db {
 /* A parsed address: IPv4-mapped IPv6 is turned into IPv4. */
 struct geo_addr {
 	int family; /* AF_INET or AF_INET6 */
+	int mapped; /* written as IPv4-mapped IPv6 */
 	union {
 		struct sockaddr sa;
 		struct sockaddr_in sin;
@@ -56,6 +57,7 @@ geo_parse(const char *ip, struct geo_addr *a)
 		memset(&a->u, 0, sizeof(a->u));
 		memcpy(&a->u.sin.sin_addr, a->b + 12, 4);
 		a->family = AF_INET;
+		a->mapped = 1;
 	} else {
 		return -1;
 	}
@@ -467,7 +469,21 @@ geo_lookup(const struct geo_db *db, const char *ip, struct geo_result *out)
 		out->err = "geo: no database";
 		return -1;
 	}
-	out->addr_class = geo_parse(ip, &a) == -1 ? "invalid" : geo_classify(&a);
+	if (geo_parse(ip, &a) == -1) {
+		out->addr_class = "invalid";
+		return 0;
+	}
+	if (a.family == AF_INET && a.mapped) {
+		static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+		memcpy(out->addr, mapped, 12);
+		memcpy(out->addr + 12, a.b, 4);
+		out->addr_len = 16;
+	} else {
+		out->addr_len = a.family == AF_INET ? 4 : 16;
+		memcpy(out->addr, a.b, out->addr_len);
+	}
+	out->addr_class = geo_classify(&a);
 	if (out->addr_class != NULL)
 		return 0;
 	if (geo_lookup_city(db, &a, out) == -1 ||

@@ -25,6 +25,10 @@ struct geo_result {
 	                       * why (never freed); NULL otherwise */
 	const char *addr_class; /* geo_addr_class of the address, found by the
 	                       * same parse (static; NULL: global unicast) */
+	unsigned char addr[16]; /* the address as written: addr_len bytes, 4 for
+	                       * IPv4, 16 for IPv6 (IPv4-mapped too), 0 when
+	                       * ip is not an address (as PostgreSQL's inet reads it) */
+	size_t addr_len;
 };
 
 /* Opens city_path (required: a City or Country layout database) and, when

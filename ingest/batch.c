@@ -6,11 +6,9 @@
 #include "errstr.h"
 #include "event.h"
 
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 void
@@ -227,28 +225,21 @@ bin_ts(struct batch_buf *buf, int64_t unix_us)
 	return bin_int(buf, unix_us - INT64_C(946684800000000), 8);
 }
 
-/* inet (a host address, so cidr 0 and all bits) of a numeric address; NULL
- * when ip is none (geo.c's check, also inet_pton, decides ip_valid). */
+/* inet (a host address, so cidr 0 and all bits) of nb address bytes, as
+ * geo_lookup parsed them; NULL when nb is 0 (not an address). */
 static int
-bin_inet(struct batch_buf *buf, const char *ip)
+bin_inet(struct batch_buf *buf, const unsigned char *a, size_t nb)
 {
-	unsigned char a[16];
-	int nb;
-
-	if (ip != NULL && inet_pton(AF_INET, ip, a) == 1)
-		nb = 4;
-	else if (ip != NULL && inet_pton(AF_INET6, ip, a) == 1)
-		nb = 16;
-	else
+	if (nb == 0)
 		return bin_null(buf);
-	if (reserve(buf, 8 + (size_t)nb) < 0)
+	if (reserve(buf, 8 + nb) < 0)
 		return -1;
 	put_be(buf, 4 + (uint64_t)nb, 4);
 	buf->data[buf->len++] = nb == 4 ? 2 : 3; /* PGSQL_AF_INET, PGSQL_AF_INET6 */
 	buf->data[buf->len++] = (char)(nb * 8);  /* bits */
 	buf->data[buf->len++] = 0;               /* not cidr */
 	buf->data[buf->len++] = (char)nb;
-	put_raw(buf, (const char *)a, (size_t)nb);
+	put_raw(buf, (const char *)a, nb);
 	return 0;
 }
 
@@ -461,7 +452,7 @@ put_row(struct batch *b, const struct event *ev, const struct enrich_row *er, in
 	rc |= ev->has_link_id ? bin_int(c, ev->link_id, 8) : bin_null(c);
 	rc |= bin_bytes(c, ev->code, ev->code_len);
 	rc |= bin_str(c, er->client_id, 0);
-	rc |= bin_inet(c, er->ip_valid ? ev->ip : NULL);
+	rc |= bin_inet(c, g->addr, g->addr_len);
 	rc |= bin_ts(c, ev->ts);
 	rc |= bin_int(c, ev->status, 2);
 	rc |= ev->user_agent ? bin_bytes(c, ev->user_agent, ev->user_agent_len) : bin_null(c);

@@ -190,7 +190,6 @@ enrich_event(struct enricher *e, const struct event *ev, struct enrich_row *out,
 		    out->geo.err ? out->geo.err : "error");
 		return -1;
 	}
-	out->ip_valid = !(out->geo.addr_class && strcmp(out->geo.addr_class, "invalid") == 0);
 	ua_parse(e->ua, ev->user_agent, ev->user_agent_len, &out->ua);
 	join_version(out->browser_version, sizeof(out->browser_version), out->ua.browser.major,
 	    out->ua.browser.minor, out->ua.browser.patch);

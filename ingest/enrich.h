@@ -17,7 +17,6 @@ struct enricher;
  * strings mean NULL in visit_record. */
 struct enrich_row {
 	char client_id[DIGEST_SHA1_HEX_SIZE];
-	int ip_valid;                 /* 0: ip is not an address: client_ip NULL */
 	struct geo_result geo;
 	struct ua_result ua;
 	char browser_version[4 * UA_VERSION_SIZE]; /* "major.minor.patch", parts present */

@@ -15,7 +15,8 @@
 #include <time.h>
 
 #define COPY_CHUNK (256 * 1024)
-/* Connections loading at once, lane k for the partitions p % LANES == k. */
+/* Connections loading at once, lane k for the partitions p % LANES == k
+ * (the caller splits the batch so: builder.c). */
 #define LANES LOADER_LANES
 
 struct loader {
@@ -26,7 +27,6 @@ struct loader {
 	struct rollup *roll;       /* owned: the current batch's rollups */
 	struct loader *peer;       /* owned: lane 1 (its own connection), or NULL in
 	                            * the peer itself */
-	int lanes, lane;           /* this load takes partitions p % lanes == lane */
 	int32_t *known_months;     /* months whose partition exists (this connection) */
 	size_t nknown, known_cap;
 
@@ -381,13 +381,6 @@ cmp_row_key(const void *x, const void *y)
 	return c ? c : (a->i < b->i ? -1 : a->i > b->i);
 }
 
-/* Whether row i (or a reject, or an offset, of partition p) is this lane's. */
-static int
-mine(const struct loader *l, int32_t p)
-{
-	return p % l->lanes == l->lane;
-}
-
 /* Decides which rows to insert: keep[i] = 0 for a key (id, visit_time)
  * already in visit_record (one index probe per id, as one statement) or
  * earlier in the same batch. Returns the number kept, or -1. A row stored
@@ -411,8 +404,6 @@ find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, char
 	}
 	for (size_t i = 0; i < b->rows; i++) {
 		keep[i] = 0;
-		if (!mine(l, b->row[i].partition))
-			continue;
 		k[n].id = b->row[i].id;
 		k[n].ts_us = b->row[i].ts_us;
 		k[n++].i = i;
@@ -472,8 +463,6 @@ insert_rejects(struct loader *l, const struct batch *b, char *errstr, size_t err
 {
 	for (size_t i = 0; i < b->nrejects; i++) {
 		const struct batch_reject *rj = &b->rejects[i];
-		if (!mine(l, rj->partition))
-			continue;
 		char part[16], off[24];
 		const char *params[5] = { l->topic, part, off, (const char *)rj->raw, rj->reason };
 		int lens[5] = { 0, 0, 0, (int)rj->raw_len, 0 };
@@ -593,19 +582,12 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 	int32_t pending[64];
 	size_t npending = 0;
 	int64_t *next = NULL;
-	int32_t *parts = NULL;
-	int32_t ntouched = 0;
-	size_t nrows = 0, nrejects = 0;
+	int32_t ntouched = b->ntouched;
+	size_t nrows = b->rows, nrejects = b->nrejects;
 
 	memset(res, 0, sizeof(*res));
-	for (int32_t i = 0; i < b->ntouched; i++)
-		ntouched += mine(l, b->touched[i]);
 	if (ntouched == 0)
-		return 0; /* nothing of this lane's partitions in the batch */
-	for (size_t i = 0; i < b->rows; i++)
-		nrows += mine(l, b->row[i].partition);
-	for (size_t i = 0; i < b->nrejects; i++)
-		nrejects += mine(l, b->rejects[i].partition);
+		return 0; /* no message of this lane's partitions in the batch */
 	if (loader_connect(l, errstr, errstr_size) < 0)
 		return -1;
 	if (exec_ok(l, "BEGIN", errstr, errstr_size) < 0)
@@ -674,24 +656,17 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 	if (insert_rejects(l, b, errstr, errstr_size) < 0)
 		goto fail;
 	res->rejects = nrejects;
-	if ((next = malloc((size_t)ntouched * sizeof(*next))) == NULL ||
-	    (parts = malloc((size_t)ntouched * sizeof(*parts))) == NULL) {
+	if ((next = malloc((size_t)ntouched * sizeof(*next))) == NULL) {
 		errstr_set(errstr, errstr_size, "out of memory");
 		goto fail;
 	}
-	ntouched = 0;
-	for (int32_t i = 0; i < b->ntouched; i++) {
-		if (!mine(l, b->touched[i]))
-			continue;
-		parts[ntouched] = b->touched[i];
-		next[ntouched++] = b->next_offset[b->touched[i]];
-	}
-	if (store_offsets(l, parts, next, ntouched, 0, errstr, errstr_size) < 0)
+	for (int32_t i = 0; i < ntouched; i++)
+		next[i] = b->next_offset[b->touched[i]];
+	if (store_offsets(l, b->touched, next, ntouched, 0, errstr, errstr_size) < 0)
 		goto fail;
 	if (exec_ok(l, "COMMIT", errstr, errstr_size) < 0)
 		goto fail;
 	free(next);
-	free(parts);
 	free(keep);
 	for (size_t i = 0; i < npending; i++)
 		remember_month(l, pending[i]);
@@ -704,7 +679,6 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 fail:
 	free(keep);
 	free(next);
-	free(parts);
 	rollback(l);
 	return -1;
 }
@@ -889,7 +863,6 @@ loader_alloc(const char *dsn, const char *group, const char *topic)
 	l->group = strdup(group);
 	l->topic = strdup(topic);
 	l->roll = rollup_new();
-	l->lanes = LANES;
 	if (l->dsn == NULL || l->group == NULL || l->topic == NULL || l->roll == NULL) {
 		loader_release(l);
 		return NULL;
@@ -908,7 +881,6 @@ loader_new(const char *dsn, const char *group, const char *topic, char *errstr,
 		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
-	l->peer->lane = 1;
 	pthread_mutex_init(&l->mtx, NULL);
 	pthread_cond_init(&l->cond, NULL);
 	if (pthread_create(&l->thread, NULL, worker, l) != 0) {

@@ -32,8 +32,8 @@ struct loader *loader_new(const char *dsn, const char *group, const char *topic,
 void loader_free(struct loader *l);
 
 /* Asynchronous load: hands lanes[0..LOADER_LANES-1] to the worker, lanes[k]
- * holding only messages of lane k's partitions (rows of other partitions are
- * ignored). The batches stay the caller's, who must not touch them until
+ * holding only messages of lane k's partitions (each lane stores its batch's
+ * rows and offsets in one transaction). The batches stay the caller's, who must not touch them until
  * loader_wait returns. Only when idle. */
 void loader_submit(struct loader *l, struct batch *const *lanes);
 /* 1 when a submitted load has finished (loader_wait would not block) or none
