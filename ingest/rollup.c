@@ -1,6 +1,8 @@
-/* rollup.c - a batch's rollups aggregated in C (open-addressing hash tables
- * over the COPY-escaped fields of the rollup input rows, emitted again as
- * they are), so PostgreSQL receives few, aggregated rows. */
+/* rollup.c - a batch's rollups aggregated in C: the rows are sorted by link
+ * and hour, so each link-day's breakdown counts and each link-hour's distinct
+ * clients are gathered in small tables reused run after run, and emitted as
+ * COPY text (the values as batch.c escaped them) so PostgreSQL receives few,
+ * aggregated rows. */
 #include "rollup.h"
 
 #include <stdint.h>
@@ -9,55 +11,68 @@
 #include <string.h>
 
 #define NVALUES 10
+#define NFIELDS 15
 #define TS_LEN 29 /* "YYYY-MM-DD HH:MM:SS.uuuuuu+00" */
+#define CLIENT_LEN (DIGEST_SHA1_HEX_SIZE - 1)
 
 static const char *const dim_names[NVALUES] = {
 	"country", "province", "city", "isp", "browser", "browser_version", "os",
 	"device_type", "referer_host", "language"
 };
 
-struct ent {
-	uint64_t h;             /* 0: free slot */
-	size_t koff;            /* key bytes in the table's arena */
-	size_t klen;
-	long long n, nbot;
-	const char *first, *last; /* TS_LEN bytes in the batch (hours) */
-	long long head;         /* hours: first client node; groups: first dims
-	                         * entry (slot index); -1 none */
-	long long next;         /* dims: next entry of the same group, -1 none */
-	size_t dim;             /* dims: index into dim_names */
-	size_t voff, vlen;      /* dims: the value inside the key */
+/* One kept row with a link, as sorted: by link, then hour, then position. */
+struct rref {
+	int64_t link;
+	int64_t hour;             /* YYYYMMDDHH of visit_time */
+	size_t row;
 };
 
-/* Entries in insertion order (indexes stay valid as it grows); slot[] maps
- * hash slots to entry index + 1 (0: free). */
-struct htab {
-	struct ent *e;
+/* A distinct key of a run table: a breakdown value (dim, bytes of the roll
+ * row) or a client id (dim 0, 40 bytes). */
+struct rent {
+	uint64_t h;
+	const char *v;            /* in the batch's roll buffer */
+	size_t vlen;
+	int dim;
+	long long n;
+};
+
+/* An open-addressing table emptied in O(1) per run: a slot belongs to the
+ * current run when its gen equals the table's. Entries are in insertion order. */
+struct rtab {
+	struct rent *e;
 	size_t n, ecap;
-	uint32_t *slot;
+	struct { uint32_t gen, idx; } *slot;
 	size_t cap;
-	struct batch_buf keys;
+	uint32_t gen;
 };
 
-struct client_node {
-	const char *id;         /* 40 hex digits in the batch */
-	long long next;
+/* Orphan visits per code and day: few, kept in one table over the batch
+ * (key = "code\tYYYY-MM-DD" in keys). */
+struct orphan {
+	uint64_t h;
+	size_t koff, klen;
+	long long n, nbot;
 };
 
 struct rollup {
-	struct htab dims, groups, hours, orphans, seen;
-	struct client_node *cl;
-	size_t ncl, cl_cap;
-	struct batch_buf key;   /* scratch */
+	struct rref *ref;
+	size_t nref, ref_cap;
+	struct rtab dims[2];      /* this link-day's values, human [0] and bot [1] */
+	struct rtab seen;         /* this link-hour's distinct human clients */
+	struct orphan *orph;
+	size_t norph, orph_cap;
+	uint32_t *orph_slot;      /* index + 1, 0 free */
+	size_t orph_cap_slots;
+	struct batch_buf orph_keys;
 	struct batch_buf out_dims, out_hours, out_orphans;
 };
 
-/* A key's hash, 8 bytes at a time (a multiply and a shift per word; the
- * keys are tens of bytes and each row looks up about a dozen). */
+/* A key's hash, 8 bytes at a time (a multiply and a shift per word). */
 static uint64_t
-hash_bytes(const char *s, size_t n)
+hash_bytes(const char *s, size_t n, uint64_t seed)
 {
-	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
+	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n ^ seed, w;
 	size_t i = 0;
 
 	for (; i + 8 <= n; i += 8) {
@@ -74,7 +89,7 @@ hash_bytes(const char *s, size_t n)
 	h ^= h >> 33; /* spread the high bits into the low ones used as the slot */
 	h *= 0xc4ceb9fe1a85ec53ULL;
 	h ^= h >> 33;
-	return h ? h : 1;
+	return h;
 }
 
 static int
@@ -102,72 +117,83 @@ buf_str(struct batch_buf *b, const char *s)
 	return buf_put(b, s, strlen(s));
 }
 
+/* Starts a new run: every slot of t becomes free. */
 static void
-htab_clear(struct htab *t)
+rtab_clear(struct rtab *t)
 {
-	if (t->slot)
-		memset(t->slot, 0, t->cap * sizeof(*t->slot));
 	t->n = 0;
-	t->keys.len = 0;
+	if (++t->gen == 0) { /* wrapped: really clear */
+		if (t->slot)
+			memset(t->slot, 0, t->cap * sizeof(*t->slot));
+		t->gen = 1;
+	}
 }
 
 static int
-htab_grow(struct htab *t)
+rtab_grow(struct rtab *t)
 {
-	size_t cap = t->cap ? 2 * t->cap : 1024;
-	uint32_t *slot = calloc(cap, sizeof(*slot));
+	size_t cap = t->cap ? 2 * t->cap : 256;
+	void *slot = calloc(cap, sizeof(*t->slot));
 
 	if (slot == NULL)
 		return -1;
-	for (size_t k = 0; k < t->n; k++) {
-		size_t j;
-		for (j = t->e[k].h & (cap - 1); slot[j] != 0; j = (j + 1) & (cap - 1))
-			;
-		slot[j] = (uint32_t)(k + 1);
-	}
 	free(t->slot);
 	t->slot = slot;
 	t->cap = cap;
+	t->gen = 1;
+	for (size_t k = 0; k < t->n; k++) {
+		size_t j;
+		for (j = t->e[k].h & (cap - 1); t->slot[j].gen == t->gen; j = (j + 1) & (cap - 1))
+			;
+		t->slot[j].gen = t->gen;
+		t->slot[j].idx = (uint32_t)k;
+	}
 	return 0;
 }
 
-/* The index of key's entry (created zeroed, *created = 1, when new); -1: no
- * memory. */
-static long long
-htab_get(struct htab *t, const char *key, size_t klen, int *created)
+/* The entry of (dim, v) in this run of t, created with n = 0 when new
+ * (*created = 1); NULL when out of memory. v stays owned by the caller. */
+static struct rent *
+rtab_get(struct rtab *t, int dim, const char *v, size_t vlen, int *created)
 {
-	uint64_t h = hash_bytes(key, klen);
-	struct ent *x;
+	uint64_t h = hash_bytes(v, vlen, (uint64_t)dim);
+	struct rent *x;
 	size_t i;
 
-	if (2 * (t->n + 1) > t->cap && htab_grow(t) < 0)
-		return -1;
-	for (i = h & (t->cap - 1); t->slot[i] != 0; i = (i + 1) & (t->cap - 1)) {
-		x = &t->e[t->slot[i] - 1];
-		if (x->h == h && x->klen == klen && memcmp(t->keys.data + x->koff, key, klen) == 0) {
+	if (2 * (t->n + 1) > t->cap && rtab_grow(t) < 0)
+		return NULL;
+	for (i = h & (t->cap - 1); t->slot[i].gen == t->gen; i = (i + 1) & (t->cap - 1)) {
+		x = &t->e[t->slot[i].idx];
+		if (x->h == h && x->vlen == vlen && x->dim == dim && memcmp(x->v, v, vlen) == 0) {
 			*created = 0;
-			return (long long)t->slot[i] - 1;
+			return x;
 		}
 	}
 	if (t->n == t->ecap) {
-		size_t ecap = t->ecap ? 2 * t->ecap : 512;
-		struct ent *e = realloc(t->e, ecap * sizeof(*e));
+		size_t ecap = t->ecap ? 2 * t->ecap : 256;
+		struct rent *e = realloc(t->e, ecap * sizeof(*e));
 		if (e == NULL)
-			return -1;
+			return NULL;
 		t->e = e;
 		t->ecap = ecap;
 	}
-	if (buf_put(&t->keys, key, klen) < 0)
-		return -1;
 	x = &t->e[t->n];
-	memset(x, 0, sizeof(*x));
 	x->h = h;
-	x->koff = t->keys.len - klen;
-	x->klen = klen;
-	x->head = x->next = -1;
-	t->slot[i] = (uint32_t)(++t->n);
+	x->v = v;
+	x->vlen = vlen;
+	x->dim = dim;
+	x->n = 0;
+	t->slot[i].gen = t->gen;
+	t->slot[i].idx = (uint32_t)t->n++;
 	*created = 1;
-	return (long long)t->n - 1;
+	return x;
+}
+
+static void
+rtab_free(struct rtab *t)
+{
+	free(t->e);
+	free(t->slot);
 }
 
 struct rollup *
@@ -176,26 +202,18 @@ rollup_new(void)
 	return calloc(1, sizeof(struct rollup));
 }
 
-static void
-htab_free(struct htab *t)
-{
-	free(t->e);
-	free(t->slot);
-	free(t->keys.data);
-}
-
 void
 rollup_free(struct rollup *r)
 {
 	if (r == NULL)
 		return;
-	htab_free(&r->dims);
-	htab_free(&r->groups);
-	htab_free(&r->hours);
-	htab_free(&r->orphans);
-	htab_free(&r->seen);
-	free(r->cl);
-	free(r->key.data);
+	free(r->ref);
+	rtab_free(&r->dims[0]);
+	rtab_free(&r->dims[1]);
+	rtab_free(&r->seen);
+	free(r->orph);
+	free(r->orph_slot);
+	free(r->orph_keys.data);
 	free(r->out_dims.data);
 	free(r->out_hours.data);
 	free(r->out_orphans.data);
@@ -208,123 +226,73 @@ split_row(const char *p, const char *end, const char **f, size_t *flen)
 {
 	int k = 0;
 
-	while (k < 15) {
-		const char *q = p;
-		while (q < end && *q != '\t' && *q != '\n')
-			q++;
+	while (k < NFIELDS) {
+		const char *q = memchr(p, '\t', (size_t)(end - p));
+		const char *nl = q == NULL ? end - 1 : q;
+
+		if (q == NULL && (nl < p || *nl != '\n'))
+			nl = end;
 		f[k] = p;
-		flen[k] = (size_t)(q - p);
+		flen[k] = (size_t)(nl - p);
 		k++;
-		if (q >= end || *q == '\n')
+		if (q == NULL)
 			break;
 		p = q + 1;
 	}
-	return k == 15 ? 0 : -1;
+	return k == NFIELDS ? 0 : -1;
 }
 
-/* key = parts joined by tabs, into r->key. */
-static int
-make_key(struct rollup *r, const char *const *part, const size_t *plen, int n)
+/* Row i's text in b's roll buffer. */
+static void
+row_text(const struct batch *b, size_t i, const char **p, const char **end)
 {
-	r->key.len = 0;
-	for (int i = 0; i < n; i++)
-		if ((i && buf_put(&r->key, "\t", 1) < 0) || buf_put(&r->key, part[i], plen[i]) < 0)
-			return -1;
-	return 0;
+	*p = b->roll.data + b->row[i].roll_off;
+	*end = i + 1 < b->rows ? b->roll.data + b->row[i + 1].roll_off : b->roll.data + b->roll.len;
 }
 
-/* The entry of the key made of parts (joined by tabs) in t; NULL: no memory. */
-static struct ent *
-get(struct rollup *r, struct htab *t, const char *const *part, const size_t *plen, int n,
-    int *created)
+/* Decimal digits s[0..n) as a number (n <= 19); -1 when not all digits. */
+static int64_t
+digits(const char *s, size_t n)
 {
-	long long k;
+	uint64_t v = 0;
 
-	if (make_key(r, part, plen, n) < 0 ||
-	    (k = htab_get(t, r->key.data, r->key.len, created)) < 0)
-		return NULL;
-	return &t->e[k];
-}
-
-static int
-add_row(struct rollup *r, const char *p, const char *end)
-{
-	const char *f[15], *part[5];
-	size_t fl[15], pl[5];
-	int bot, created;
-	long long gi;
-	struct ent *e;
-
-	if (split_row(p, end, f, fl) < 0 || fl[3] != TS_LEN || fl[2] != DIGEST_SHA1_HEX_SIZE - 1)
-		return 0; /* cannot happen: batch.c writes these rows */
-	bot = fl[4] == 1 && f[4][0] == 't';
-	if (fl[0] == 2 && f[0][0] == '\\') { /* \N: an orphan visit */
-		part[0] = f[1], pl[0] = fl[1];          /* code */
-		part[1] = f[3], pl[1] = 10;             /* day */
-		if ((e = get(r, &r->orphans, part, pl, 2, &created)) == NULL)
-			return -1;
-		if (bot)
-			e->nbot++;
-		else
-			e->n++;
-		return 0;
-	}
-	/* link_day_dim_batch: one group per link, day, is_bot; in it one entry
-	 * per dimension and value */
-	part[0] = f[0], pl[0] = fl[0];
-	part[1] = f[3], pl[1] = 10;
-	part[2] = bot ? "t" : "f", pl[2] = 1;
-	if ((e = get(r, &r->groups, part, pl, 3, &created)) == NULL)
+	if (n == 0 || n > 19)
 		return -1;
-	gi = e - r->groups.e;
-	for (int d = 0; d < NVALUES; d++) {
-		char dn = (char)('0' + d);
-		part[3] = &dn, pl[3] = 1;
-		part[4] = f[5 + d], pl[4] = fl[5 + d];
-		if ((e = get(r, &r->dims, part, pl, 5, &created)) == NULL)
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
 			return -1;
-		if (created) {
-			struct ent *g = &r->groups.e[gi];
-			e->dim = (size_t)d;
-			e->voff = e->koff + e->klen - fl[5 + d];
-			e->vlen = fl[5 + d];
-			e->next = g->head;
-			g->head = e - r->dims.e;
-		}
-		e->n++;
+		v = v * 10 + (uint64_t)(s[i] - '0');
 	}
-	/* link_hour: link, "YYYY-MM-DD HH" */
-	part[1] = f[3], pl[1] = 13;
-	if ((e = get(r, &r->hours, part, pl, 2, &created)) == NULL)
-		return -1;
-	if (bot)
-		e->nbot++;
-	else
-		e->n++;
-	if (created || memcmp(f[3], e->first, TS_LEN) < 0)
-		e->first = f[3];
-	if (created || memcmp(f[3], e->last, TS_LEN) > 0)
-		e->last = f[3];
-	if (!bot) {
-		long long hi = e - r->hours.e;
-		part[2] = f[2], pl[2] = fl[2];
-		if (get(r, &r->seen, part, pl, 3, &created) == NULL)
-			return -1;
-		if (created) {
-			if (r->ncl == r->cl_cap) {
-				size_t cap = r->cl_cap ? 2 * r->cl_cap : 1024;
-				struct client_node *n = realloc(r->cl, cap * sizeof(*n));
-				if (n == NULL)
-					return -1;
-				r->cl = n;
-				r->cl_cap = cap;
-			}
-			r->cl[r->ncl].id = f[2];
-			r->cl[r->ncl].next = r->hours.e[hi].head;
-			r->hours.e[hi].head = (long long)r->ncl++;
-		}
-	}
-	return 0;
+	return (int64_t)v;
+}
+
+/* A link id as batch.c writes it (put_ll of an int64: optional '-', then
+ * up to 19 digits), exactly, so that rows sort by link. */
+static int64_t
+link_id(const char *s, size_t n)
+{
+	return n > 1 && s[0] == '-' ? (int64_t)(0 - (uint64_t)digits(s + 1, n - 1)) : digits(s, n);
+}
+
+/* YYYYMMDDHH of "YYYY-MM-DD HH..." */
+static int64_t
+hour_key(const char *ts)
+{
+	int64_t y = digits(ts, 4), m = digits(ts + 5, 2), d = digits(ts + 8, 2), h = digits(ts + 11, 2);
+
+	return ((y * 100 + m) * 100 + d) * 100 + h;
+}
+
+static int
+cmp_ref(const void *x, const void *y)
+{
+	const struct rref *a = x, *b = y;
+
+	if (a->link != b->link)
+		return a->link < b->link ? -1 : 1;
+	if (a->hour != b->hour)
+		return a->hour < b->hour ? -1 : 1;
+	return a->row < b->row ? -1 : a->row > b->row;
 }
 
 static int
@@ -349,75 +317,254 @@ static int
 put_elem(struct batch_buf *o, const char *v, size_t n)
 {
 	int rc = buf_str(o, "\"");
+	size_t run = 0;
 
 	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (v[i] != '"' && v[i] != '\\') {
+			run++;
+			continue;
+		}
+		rc = buf_put(o, v + i - run, run);
+		run = 0;
 		if (v[i] == '"')
-			rc = buf_str(o, "\\\\\"");
-		else if (v[i] == '\\' && i + 1 < n && v[i + 1] == '\\')
-			rc = buf_str(o, "\\\\\\\\"), i++;
-		else if (v[i] == '\\' && i + 1 < n)
-			rc = buf_put(o, v + i, 2), i++;
+			rc |= buf_str(o, "\\\\\"");
+		else if (i + 1 < n && v[i + 1] == '\\')
+			rc |= buf_str(o, "\\\\\\\\"), i++;
+		else if (i + 1 < n)
+			rc |= buf_put(o, v + i, 2), i++;
 		else
-			rc = buf_put(o, v + i, 1);
+			rc |= buf_put(o, v + i, 1);
 	}
-	return rc | buf_str(o, "\"");
+	return rc | buf_put(o, v + n - run, run) | buf_str(o, "\"");
+}
+
+/* One link_day_dim_batch row: "link\tday\tbot\t{dims}\t{values}\t{visits}". */
+static int
+emit_group(struct batch_buf *o, const struct rtab *t, const char *link, size_t link_len,
+           const char *day, int bot)
+{
+	int rc = buf_put(o, link, link_len) | buf_str(o, "\t") | buf_put(o, day, 10) |
+	    buf_str(o, bot ? "\tt" : "\tf");
+
+	for (int pass = 0; pass < 3; pass++) {
+		rc |= buf_str(o, "\t{");
+		for (size_t k = 0; k < t->n; k++) {
+			const struct rent *e = &t->e[k];
+			if (k)
+				rc |= buf_str(o, ",");
+			if (pass == 0)
+				rc |= buf_str(o, dim_names[e->dim]);
+			else if (pass == 1)
+				rc |= put_elem(o, e->v, e->vlen);
+			else
+				rc |= put_num(o, e->n);
+		}
+		rc |= buf_str(o, "}");
+	}
+	return rc | buf_str(o, "\n");
+}
+
+/* One link-hour's counters and distinct human clients (one run of rows). */
+struct hour_acc {
+	const char *link, *ts;    /* of its first row */
+	size_t link_len;
+	long long n, nbot;
+	const char *first, *last;
+};
+
+static int
+emit_hour(struct batch_buf *o, const struct hour_acc *a, const struct rtab *seen)
+{
+	int rc = buf_put(o, a->link, a->link_len) | buf_str(o, "\t") | buf_put(o, a->ts, 13) |
+	    buf_str(o, ":00:00+00") | put_count(o, a->n) | put_count(o, a->nbot) |
+	    buf_str(o, "\t") | buf_put(o, a->first, TS_LEN) | buf_str(o, "\t") |
+	    buf_put(o, a->last, TS_LEN) | buf_str(o, "\t{");
+
+	for (size_t k = 0; k < seen->n; k++)
+		rc |= (k ? buf_str(o, ",") : 0) | buf_put(o, seen->e[k].v, CLIENT_LEN);
+	return rc | buf_str(o, "}\n");
 }
 
 static int
-emit(struct rollup *r)
+orphan_grow(struct rollup *r)
 {
-	struct batch_buf *o = &r->out_dims;
+	size_t cap = r->orph_cap_slots ? 2 * r->orph_cap_slots : 64;
+	uint32_t *slot = calloc(cap, sizeof(*slot));
 
-	for (size_t i = 0; i < r->groups.n; i++) {
-		const struct ent *g = &r->groups.e[i];
-		int rc = buf_put(o, r->groups.keys.data + g->koff, g->klen);
-
-		for (int pass = 0; pass < 3; pass++) {
-			rc |= buf_str(o, "\t{");
-			for (long long k = g->head; k >= 0; k = r->dims.e[k].next) {
-				const struct ent *e = &r->dims.e[k];
-				if (pass == 0)
-					rc |= buf_str(o, dim_names[e->dim]);
-				else if (pass == 1)
-					rc |= put_elem(o, r->dims.keys.data + e->voff, e->vlen);
-				else
-					rc |= put_num(o, e->n);
-				if (e->next >= 0)
-					rc |= buf_str(o, ",");
-			}
-			rc |= buf_str(o, "}");
-		}
-		if (rc || buf_str(o, "\n") < 0)
-			return -1;
+	if (slot == NULL)
+		return -1;
+	for (size_t k = 0; k < r->norph; k++) {
+		size_t j;
+		for (j = r->orph[k].h & (cap - 1); slot[j] != 0; j = (j + 1) & (cap - 1))
+			;
+		slot[j] = (uint32_t)(k + 1);
 	}
-	for (size_t i = 0; i < r->orphans.n; i++) {
-		const struct ent *e = &r->orphans.e[i];
-		if (buf_put(&r->out_orphans, r->orphans.keys.data + e->koff, e->klen) < 0 ||
+	free(r->orph_slot);
+	r->orph_slot = slot;
+	r->orph_cap_slots = cap;
+	return 0;
+}
+
+/* Counts an orphan visit of code (COPY text) on the day of ts. */
+static int
+add_orphan(struct rollup *r, const char *code, size_t code_len, const char *ts, int bot)
+{
+	char key[160];
+	size_t klen = code_len + 11, i;
+	uint64_t h;
+	struct orphan *x;
+
+	if (klen > sizeof(key))
+		return 0; /* cannot happen: codes are at most 64 bytes, escaped 128 */
+	memcpy(key, code, code_len);
+	key[code_len] = '\t';
+	memcpy(key + code_len + 1, ts, 10);
+	h = hash_bytes(key, klen, 0);
+	if (2 * (r->norph + 1) > r->orph_cap_slots && orphan_grow(r) < 0)
+		return -1;
+	for (i = h & (r->orph_cap_slots - 1); r->orph_slot[i] != 0;
+	    i = (i + 1) & (r->orph_cap_slots - 1)) {
+		x = &r->orph[r->orph_slot[i] - 1];
+		if (x->h == h && x->klen == klen &&
+		    memcmp(r->orph_keys.data + x->koff, key, klen) == 0)
+			goto count;
+	}
+	if (r->norph == r->orph_cap) {
+		size_t cap = r->orph_cap ? 2 * r->orph_cap : 64;
+		struct orphan *n = realloc(r->orph, cap * sizeof(*n));
+		if (n == NULL)
+			return -1;
+		r->orph = n;
+		r->orph_cap = cap;
+	}
+	if (buf_put(&r->orph_keys, key, klen) < 0)
+		return -1;
+	x = &r->orph[r->norph];
+	x->h = h;
+	x->koff = r->orph_keys.len - klen;
+	x->klen = klen;
+	x->n = x->nbot = 0;
+	r->orph_slot[i] = (uint32_t)(++r->norph);
+count:
+	if (bot)
+		x->nbot++;
+	else
+		x->n++;
+	return 0;
+}
+
+/* Sorts the kept rows with a link into r->ref and counts the orphans. */
+static int
+collect(struct rollup *r, const struct batch *b, const unsigned char *keep)
+{
+	r->nref = 0;
+	for (size_t i = 0; i < b->rows; i++) {
+		const char *p, *end, *f[NFIELDS];
+		size_t fl[NFIELDS];
+
+		if (keep && !keep[i])
+			continue;
+		row_text(b, i, &p, &end);
+		if (split_row(p, end, f, fl) < 0 || fl[3] != TS_LEN || fl[2] != CLIENT_LEN)
+			continue; /* cannot happen: batch.c writes these rows */
+		if (fl[0] == 2 && f[0][0] == '\\') { /* \N: an orphan visit */
+			if (add_orphan(r, f[1], fl[1], f[3], fl[4] == 1 && f[4][0] == 't') < 0)
+				return -1;
+			continue;
+		}
+		if (r->nref == r->ref_cap) {
+			size_t cap = r->ref_cap ? 2 * r->ref_cap : 1024;
+			struct rref *n = realloc(r->ref, cap * sizeof(*n));
+			if (n == NULL)
+				return -1;
+			r->ref = n;
+			r->ref_cap = cap;
+		}
+		r->ref[r->nref].link = link_id(f[0], fl[0]);
+		r->ref[r->nref].hour = hour_key(f[3]);
+		r->ref[r->nref].row = i;
+		r->nref++;
+	}
+	qsort(r->ref, r->nref, sizeof(*r->ref), cmp_ref);
+	return 0;
+}
+
+/* Aggregates the sorted rows run by run: each link-day's breakdowns (human
+ * and bot apart), each link-hour's counters and distinct human clients. */
+static int
+aggregate(struct rollup *r, const struct batch *b)
+{
+	struct hour_acc acc;
+	const char *glink = NULL, *gday = NULL;
+	size_t glink_len = 0;
+	int created;
+
+	memset(&acc, 0, sizeof(acc));
+	for (size_t k = 0; k < r->nref; k++) {
+		const struct rref *x = &r->ref[k];
+		const char *p, *end, *f[NFIELDS];
+		size_t fl[NFIELDS];
+		int bot;
+
+		row_text(b, x->row, &p, &end);
+		if (split_row(p, end, f, fl) < 0)
+			return -1; /* collect() split it before */
+		bot = fl[4] == 1 && f[4][0] == 't';
+		if (k == 0 || x->link != x[-1].link || x->hour != x[-1].hour) {
+			if (k > 0 && emit_hour(&r->out_hours, &acc, &r->seen) < 0)
+				return -1;
+			if (k == 0 || x->link != x[-1].link || x->hour / 100 != x[-1].hour / 100) {
+				for (int g = 0; g < 2 && k > 0; g++)
+					if (r->dims[g].n > 0 && emit_group(&r->out_dims, &r->dims[g], glink,
+					    glink_len, gday, g) < 0)
+						return -1;
+				rtab_clear(&r->dims[0]);
+				rtab_clear(&r->dims[1]);
+				glink = f[0];
+				glink_len = fl[0];
+				gday = f[3];
+			}
+			rtab_clear(&r->seen);
+			acc.link = f[0];
+			acc.link_len = fl[0];
+			acc.ts = acc.first = acc.last = f[3];
+			acc.n = acc.nbot = 0;
+		}
+		for (int d = 0; d < NVALUES; d++) {
+			struct rent *e = rtab_get(&r->dims[bot], d, f[5 + d], fl[5 + d], &created);
+			if (e == NULL)
+				return -1;
+			e->n++;
+		}
+		if (bot) {
+			acc.nbot++;
+		} else {
+			acc.n++;
+			if (rtab_get(&r->seen, 0, f[2], CLIENT_LEN, &created) == NULL)
+				return -1;
+		}
+		if (memcmp(f[3], acc.first, TS_LEN) < 0)
+			acc.first = f[3];
+		if (memcmp(f[3], acc.last, TS_LEN) > 0)
+			acc.last = f[3];
+	}
+	if (r->nref == 0)
+		return 0;
+	for (int g = 0; g < 2; g++)
+		if (r->dims[g].n > 0 && emit_group(&r->out_dims, &r->dims[g], glink, glink_len, gday,
+		    g) < 0)
+			return -1;
+	return emit_hour(&r->out_hours, &acc, &r->seen);
+}
+
+static int
+emit_orphans(struct rollup *r)
+{
+	for (size_t i = 0; i < r->norph; i++) {
+		const struct orphan *e = &r->orph[i];
+		if (buf_put(&r->out_orphans, r->orph_keys.data + e->koff, e->klen) < 0 ||
 		    put_count(&r->out_orphans, e->n) < 0 || put_count(&r->out_orphans, e->nbot) < 0 ||
 		    buf_str(&r->out_orphans, "\n") < 0)
-			return -1;
-	}
-	for (size_t i = 0; i < r->hours.n; i++) {
-		const struct ent *e = &r->hours.e[i];
-		int rc = 0;
-
-		o = &r->out_hours;
-		rc |= buf_put(o, r->hours.keys.data + e->koff, e->klen);
-		rc |= buf_str(o, ":00:00+00");
-		rc |= put_count(o, e->n);
-		rc |= put_count(o, e->nbot);
-		rc |= buf_str(o, "\t");
-		rc |= buf_put(o, e->first, TS_LEN);
-		rc |= buf_str(o, "\t");
-		rc |= buf_put(o, e->last, TS_LEN);
-		rc |= buf_str(o, "\t{");
-		for (long long c = e->head; c >= 0; c = r->cl[c].next) {
-			rc |= buf_put(o, r->cl[c].id, DIGEST_SHA1_HEX_SIZE - 1);
-			if (r->cl[c].next >= 0)
-				rc |= buf_str(o, ",");
-		}
-		rc |= buf_str(o, "}\n");
-		if (rc)
 			return -1;
 	}
 	return 0;
@@ -426,22 +573,14 @@ emit(struct rollup *r)
 int
 rollup_build(struct rollup *r, const struct batch *b, const unsigned char *keep)
 {
-	htab_clear(&r->dims);
-	htab_clear(&r->groups);
-	htab_clear(&r->hours);
-	htab_clear(&r->orphans);
-	htab_clear(&r->seen);
-	r->ncl = 0;
+	r->norph = 0;
+	r->orph_keys.len = 0;
+	if (r->orph_slot)
+		memset(r->orph_slot, 0, r->orph_cap_slots * sizeof(*r->orph_slot));
 	r->out_dims.len = r->out_hours.len = r->out_orphans.len = 0;
-	for (size_t i = 0; i < b->rows; i++) {
-		size_t from = b->row[i].roll_off;
-		size_t to = i + 1 < b->rows ? b->row[i + 1].roll_off : b->roll.len;
-		if (keep && !keep[i])
-			continue;
-		if (add_row(r, b->roll.data + from, b->roll.data + to) < 0)
-			return -1;
-	}
-	return emit(r);
+	if (collect(r, b, keep) < 0 || aggregate(r, b) < 0)
+		return -1;
+	return emit_orphans(r);
 }
 
 const struct batch_buf *

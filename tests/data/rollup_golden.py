@@ -5,6 +5,7 @@ is_bot, the ten link_day_dim values) and, computed here independently of
 ingest/rollup.c by plain Python grouping, the expected link_day_dim_batch
 elements, link_hour rows (distinct human clients) and orphan_day rows. Run
 at authoring time only: python3 tests/data/rollup_golden.py > tests/data/rollup_cases.txt"""
+import random
 from collections import defaultdict
 
 DIMS = ["country", "province", "city", "isp", "browser", "browser_version", "os",
@@ -64,6 +65,33 @@ CASES = [
         (7, "abc", C, ts(1, "11:30:00"), True, BOT),
     ], "1010"),
 ]
+
+
+
+
+def interleaved(n=120, seed=15):
+    """Rows of three links (one with a 19-digit id, one negative), orphans and
+    bots in random order over two days and several hours, so that rows of
+    one link-day or link-hour are never next to each other in the batch."""
+    rng = random.Random(seed)
+    links = [7, 9223372036854775807, -5]
+    clients = [A, B, C, "1" * 40, "2" * 40]
+    rows = []
+    for _ in range(n):
+        day, hour = rng.choice([1, 2]), rng.choice([0, 9, 23])
+        t = ts(day, f"{hour:02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}")
+        bot = rng.random() < 0.2
+        if rng.random() < 0.1:
+            rows.append((None, rng.choice(["gone1", "gone2"]), rng.choice(clients), t, bot, US))
+            continue
+        vals = BOT if bot else rng.choice([GB, US, ODD])
+        rows.append((rng.choice(links), "k", rng.choice(clients), t, bot, vals))
+    return rows
+
+
+CASES.append(("interleaved links, days and hours", interleaved(), None))
+CASES.append(("interleaved, keep mask", interleaved(60, seed=16),
+              "".join(random.Random(17).choice("01") for _ in range(60))))
 
 
 def expected(rows, keep):
