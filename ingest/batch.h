@@ -78,6 +78,12 @@ void batch_reset(struct batch *b);
 /* Frees what b owns. */
 void batch_free(struct batch *b);
 
+/* Grows b's buffers to hold rows typical rows and writes their pages once,
+ * so that a new process's first batches do not take a page fault per 4 KiB
+ * of each buffer as it grows (costly on a VM). Returns 0 or -1 (no memory;
+ * b is still usable and grows on demand). */
+int batch_prealloc(struct batch *b, size_t rows);
+
 /* Takes one message (value len bytes at payload, may be NULL) of
  * partition/offset: parses, validates and enriches it, then appends a COPY row
  * or a reject. Records offset + 1 as the partition's next offset. Returns 1

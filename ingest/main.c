@@ -490,8 +490,14 @@ main(int argc, char **argv)
 	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	for (int i = 0; i < 2; i++)
-		for (int k = 0; k < LOADER_LANES; k++)
+		for (int k = 0; k < LOADER_LANES; k++) {
 			batch_init(&a.batches[i][k]);
+			/* a lane's share of a full batch, and a quarter more for
+			 * uneven partitions; beyond that the buffers grow */
+			if (batch_prealloc(&a.batches[i][k], (size_t)(a.conf.batch_max_events /
+			    LOADER_LANES * 5 / 4 + 1)) < 0)
+				log_warnx("batch buffers: out of memory (they grow as batches fill)");
+		}
 
 	if ((a.metrics = metrics_new()) == NULL ||
 	    stats_metrics(a.metrics, errstr, sizeof(errstr)) < 0 ||
