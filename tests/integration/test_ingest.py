@@ -344,6 +344,12 @@ def test_events_become_enriched_rows_and_rollups(procs, pg, broker):
     # other derived columns
     e = next(x for x in events if x["referer"] == "https://www.Google.com/search?q=x")
     assert row(pg, e["id"], "referer_host") == ["www.google.com"]
+    # a referer that is not a URL has no host, whatever came before it (libcurl
+    # resolved it against the previous referer until the fifteenth session)
+    hosts = pg.psql("SELECT DISTINCT coalesce(referer_host, '-') FROM visit_record"
+                    " WHERE referer = 'not a url'").splitlines()
+    assert sum(1 for x in events if x["referer"] == "not a url") > 10
+    assert hosts == ["-"], hosts
     e = next(x for x in events if x["accept_language"] == "de;q=0.5, fr")
     assert row(pg, e["id"], "language") == ["fr"]
     e = next(x for x in events if x["accept_language"] == "zh-CN,zh;q=0.9,en;q=0.8")
