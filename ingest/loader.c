@@ -635,9 +635,11 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 				goto fail;
 			}
 			t3 = mono_ms();
-			if (copy_buf(l, "COPY link_day_dim_batch (" ROLLUP_DAY_DIM_COLUMNS ") FROM STDIN",
+			if (copy_buf(l, "COPY link_day_dim_batch (" ROLLUP_DAY_DIM_COLUMNS ") FROM STDIN"
+			    " (FORMAT binary)",
 			    rollup_day_dim(l->roll), errstr, errstr_size) < 0 ||
-			    copy_buf(l, "COPY ingest_hour (" ROLLUP_HOUR_COLUMNS ") FROM STDIN",
+			    copy_buf(l, "COPY ingest_hour (" ROLLUP_HOUR_COLUMNS ") FROM STDIN"
+			    " (FORMAT binary)",
 			    rollup_hour(l->roll), errstr, errstr_size) < 0 ||
 			    copy_buf(l, "COPY ingest_orphan (" ROLLUP_ORPHAN_COLUMNS ") FROM STDIN",
 			    rollup_orphan(l->roll), errstr, errstr_size) < 0)

@@ -1,8 +1,8 @@
 /* rollup.c - a batch's rollups aggregated in C: the rows are sorted by link
  * and hour, so each link-day's breakdown counts and each link-hour's distinct
- * clients are gathered in small tables reused run after run, and emitted as
- * COPY text (the values as batch.c escaped them) so PostgreSQL receives few,
- * aggregated rows. */
+ * clients are gathered in small tables reused run after run, and emitted in
+ * COPY's binary format (arrays too: no array_in parsing in PostgreSQL) so
+ * PostgreSQL receives few, aggregated rows. */
 #include "rollup.h"
 
 #include <stdint.h>
@@ -116,6 +116,72 @@ buf_str(struct batch_buf *b, const char *s)
 {
 	return buf_put(b, s, strlen(s));
 }
+
+/* Big-endian integer of 'bytes' bytes. */
+static int
+put_be(struct batch_buf *b, uint64_t v, int bytes)
+{
+	char be[8];
+
+	for (int i = 0; i < bytes; i++)
+		be[i] = (char)(v >> (8 * (bytes - 1 - i)));
+	return buf_put(b, be, (size_t)bytes);
+}
+
+/* One binary COPY field: its length, then an integer of that many bytes. */
+static int
+bin_int(struct batch_buf *b, int64_t v, int bytes)
+{
+	return put_be(b, (uint64_t)bytes, 4) | put_be(b, (uint64_t)v, bytes);
+}
+
+/* Decodes a value as batch.c's batch_put_text escaped it (\\ \t \n \r \b
+ * \f \v) into b, preceded by its decoded length when with_len. */
+static int
+put_unescaped(struct batch_buf *b, const char *v, size_t n, int with_len)
+{
+	size_t start = b->len, out = 0;
+	int rc = with_len ? put_be(b, 0, 4) : 0;
+
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		char c = v[i];
+
+		if (c == '\\' && i + 1 < n) {
+			switch (v[++i]) {
+			case 't': c = '\t'; break;
+			case 'n': c = '\n'; break;
+			case 'r': c = '\r'; break;
+			case 'b': c = '\b'; break;
+			case 'f': c = '\f'; break;
+			case 'v': c = '\v'; break;
+			default: c = v[i]; break;
+			}
+		}
+		rc = buf_put(b, &c, 1);
+		out++;
+	}
+	if (rc == 0 && with_len)
+		for (int i = 0; i < 4; i++)
+			b->data[start + (size_t)i] = (char)(out >> (8 * (3 - i)));
+	return rc;
+}
+
+/* Days from 1970-01-01 to the civil date y-m-d (proleptic Gregorian). */
+static int64_t
+days_from_civil(int64_t y, int64_t m, int64_t d)
+{
+	int64_t era, yoe, doy, doe;
+
+	y -= m <= 2;
+	era = (y >= 0 ? y : y - 399) / 400;
+	yoe = y - era * 400;
+	doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+	return era * 146097 + doe - 719468;
+}
+
+#define PG_EPOCH_DAYS 10957 /* 2000-01-01, PostgreSQL's epoch, in Unix days */
+#define US_PER_DAY INT64_C(86400000000)
 
 /* Starts a new run: every slot of t becomes free. */
 static void
@@ -311,78 +377,108 @@ put_count(struct batch_buf *o, long long v)
 	return buf_str(o, "\t") | put_num(o, v);
 }
 
-/* Appends a COPY-escaped text value as a quoted array element, in COPY text:
- * the array syntax escapes '"' and '\' with '\', which COPY doubles again. */
-static int
-put_elem(struct batch_buf *o, const char *v, size_t n)
+/* The UTC day of visit_time text ("YYYY-MM-DD ...") in days since 2000-01-01. */
+static int64_t
+pg_day(const char *ts)
 {
-	int rc = buf_str(o, "\"");
-	size_t run = 0;
-
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (v[i] != '"' && v[i] != '\\') {
-			run++;
-			continue;
-		}
-		rc = buf_put(o, v + i - run, run);
-		run = 0;
-		if (v[i] == '"')
-			rc |= buf_str(o, "\\\\\"");
-		else if (i + 1 < n && v[i + 1] == '\\')
-			rc |= buf_str(o, "\\\\\\\\"), i++;
-		else if (i + 1 < n)
-			rc |= buf_put(o, v + i, 2), i++;
-		else
-			rc |= buf_put(o, v + i, 1);
-	}
-	return rc | buf_put(o, v + n - run, run) | buf_str(o, "\"");
+	return days_from_civil(digits(ts, 4), digits(ts + 5, 2), digits(ts + 8, 2)) -
+	    PG_EPOCH_DAYS;
 }
 
-/* One link_day_dim_batch row: "link\tday\tbot\t{dims}\t{values}\t{visits}". */
-static int
-emit_group(struct batch_buf *o, const struct rtab *t, const char *link, size_t link_len,
-           const char *day, int bot)
+/* visit_time text ("YYYY-MM-DD HH:MM:SS.uuuuuu+00") in microseconds since
+ * 2000-01-01 00:00 UTC (binary timestamptz); hour_only: its hour's start. */
+static int64_t
+pg_ts(const char *ts, int hour_only)
 {
-	int rc = buf_put(o, link, link_len) | buf_str(o, "\t") | buf_put(o, day, 10) |
-	    buf_str(o, bot ? "\tt" : "\tf");
+	int64_t us = pg_day(ts) * US_PER_DAY + digits(ts + 11, 2) * INT64_C(3600000000);
+
+	if (!hour_only)
+		us += digits(ts + 14, 2) * 60000000 + digits(ts + 17, 2) * 1000000 +
+		    digits(ts + 20, 6);
+	return us;
+}
+
+/* Starts a binary field of unknown length: returns where its length goes. */
+static size_t
+field_begin(struct batch_buf *o, int *rc)
+{
+	size_t at = o->len;
+
+	*rc |= put_be(o, 0, 4);
+	return at;
+}
+
+/* Writes the length of the field begun at 'at'. */
+static void
+field_end(struct batch_buf *o, size_t at, int rc)
+{
+	uint64_t n = o->len - at - 4;
+
+	if (rc == 0)
+		for (int i = 0; i < 4; i++)
+			o->data[at + (size_t)i] = (char)(n >> (8 * (3 - i)));
+}
+
+/* A one-dimensional array's header (array_recv): n elements of type oid. */
+static int
+array_head(struct batch_buf *o, uint32_t oid, size_t n)
+{
+	if (n == 0) /* empty: no dimensions */
+		return put_be(o, 0, 4) | put_be(o, 0, 4) | put_be(o, oid, 4);
+	return put_be(o, 1, 4) | put_be(o, 0, 4) | put_be(o, oid, 4) | put_be(o, n, 4) |
+	    put_be(o, 1, 4);
+}
+
+#define TEXTOID 25
+#define INT8OID 20
+
+/* One link_day_dim_batch row (ROLLUP_DAY_DIM_COLUMNS, binary). */
+static int
+emit_group(struct batch_buf *o, const struct rtab *t, int64_t link, int64_t day, int bot)
+{
+	int rc = put_be(o, 6, 2) | bin_int(o, link, 8) | bin_int(o, day, 4) | bin_int(o, bot, 1);
 
 	for (int pass = 0; pass < 3; pass++) {
-		rc |= buf_str(o, "\t{");
+		size_t at = field_begin(o, &rc);
+
+		rc |= array_head(o, pass == 2 ? INT8OID : TEXTOID, t->n);
 		for (size_t k = 0; k < t->n; k++) {
 			const struct rent *e = &t->e[k];
-			if (k)
-				rc |= buf_str(o, ",");
 			if (pass == 0)
-				rc |= buf_str(o, dim_names[e->dim]);
+				rc |= put_be(o, strlen(dim_names[e->dim]), 4) |
+				    buf_str(o, dim_names[e->dim]);
 			else if (pass == 1)
-				rc |= put_elem(o, e->v, e->vlen);
+				rc |= put_unescaped(o, e->v, e->vlen, 1);
 			else
-				rc |= put_num(o, e->n);
+				rc |= bin_int(o, e->n, 8);
 		}
-		rc |= buf_str(o, "}");
+		field_end(o, at, rc);
 	}
-	return rc | buf_str(o, "\n");
+	return rc;
 }
 
 /* One link-hour's counters and distinct human clients (one run of rows). */
 struct hour_acc {
-	const char *link, *ts;    /* of its first row */
-	size_t link_len;
+	int64_t link;
+	const char *ts;           /* of its first row */
 	long long n, nbot;
 	const char *first, *last;
 };
 
+/* One ingest_hour row (ROLLUP_HOUR_COLUMNS, binary). */
 static int
 emit_hour(struct batch_buf *o, const struct hour_acc *a, const struct rtab *seen)
 {
-	int rc = buf_put(o, a->link, a->link_len) | buf_str(o, "\t") | buf_put(o, a->ts, 13) |
-	    buf_str(o, ":00:00+00") | put_count(o, a->n) | put_count(o, a->nbot) |
-	    buf_str(o, "\t") | buf_put(o, a->first, TS_LEN) | buf_str(o, "\t") |
-	    buf_put(o, a->last, TS_LEN) | buf_str(o, "\t{");
+	int rc = put_be(o, 7, 2) | bin_int(o, a->link, 8) | bin_int(o, pg_ts(a->ts, 1), 8) |
+	    bin_int(o, a->n, 8) | bin_int(o, a->nbot, 8) | bin_int(o, pg_ts(a->first, 0), 8) |
+	    bin_int(o, pg_ts(a->last, 0), 8);
+	size_t at = field_begin(o, &rc);
 
+	rc |= array_head(o, TEXTOID, seen->n);
 	for (size_t k = 0; k < seen->n; k++)
-		rc |= (k ? buf_str(o, ",") : 0) | buf_put(o, seen->e[k].v, CLIENT_LEN);
-	return rc | buf_str(o, "}\n");
+		rc |= put_be(o, CLIENT_LEN, 4) | buf_put(o, seen->e[k].v, CLIENT_LEN);
+	field_end(o, at, rc);
+	return rc;
 }
 
 static int
@@ -495,8 +591,7 @@ static int
 aggregate(struct rollup *r, const struct batch *b)
 {
 	struct hour_acc acc;
-	const char *glink = NULL, *gday = NULL;
-	size_t glink_len = 0;
+	int64_t gday = 0;
 	int created;
 
 	memset(&acc, 0, sizeof(acc));
@@ -515,18 +610,15 @@ aggregate(struct rollup *r, const struct batch *b)
 				return -1;
 			if (k == 0 || x->link != x[-1].link || x->hour / 100 != x[-1].hour / 100) {
 				for (int g = 0; g < 2 && k > 0; g++)
-					if (r->dims[g].n > 0 && emit_group(&r->out_dims, &r->dims[g], glink,
-					    glink_len, gday, g) < 0)
+					if (r->dims[g].n > 0 && emit_group(&r->out_dims, &r->dims[g],
+					    x[-1].link, gday, g) < 0)
 						return -1;
 				rtab_clear(&r->dims[0]);
 				rtab_clear(&r->dims[1]);
-				glink = f[0];
-				glink_len = fl[0];
-				gday = f[3];
+				gday = pg_day(f[3]);
 			}
 			rtab_clear(&r->seen);
-			acc.link = f[0];
-			acc.link_len = fl[0];
+			acc.link = x->link;
 			acc.ts = acc.first = acc.last = f[3];
 			acc.n = acc.nbot = 0;
 		}
@@ -551,8 +643,7 @@ aggregate(struct rollup *r, const struct batch *b)
 	if (r->nref == 0)
 		return 0;
 	for (int g = 0; g < 2; g++)
-		if (r->dims[g].n > 0 && emit_group(&r->out_dims, &r->dims[g], glink, glink_len, gday,
-		    g) < 0)
+		if (r->dims[g].n > 0 && emit_group(&r->out_dims, &r->dims[g], acc.link, gday, g) < 0)
 			return -1;
 	return emit_hour(&r->out_hours, &acc, &r->seen);
 }
@@ -578,7 +669,11 @@ rollup_build(struct rollup *r, const struct batch *b, const unsigned char *keep)
 	if (r->orph_slot)
 		memset(r->orph_slot, 0, r->orph_cap_slots * sizeof(*r->orph_slot));
 	r->out_dims.len = r->out_hours.len = r->out_orphans.len = 0;
-	if (collect(r, b, keep) < 0 || aggregate(r, b) < 0)
+	if (buf_put(&r->out_dims, batch_copy_header, sizeof(batch_copy_header)) < 0 ||
+	    buf_put(&r->out_hours, batch_copy_header, sizeof(batch_copy_header)) < 0 ||
+	    collect(r, b, keep) < 0 || aggregate(r, b) < 0 ||
+	    buf_put(&r->out_dims, batch_copy_trailer, sizeof(batch_copy_trailer)) < 0 ||
+	    buf_put(&r->out_hours, batch_copy_trailer, sizeof(batch_copy_trailer)) < 0)
 		return -1;
 	return emit_orphans(r);
 }

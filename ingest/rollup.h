@@ -2,7 +2,8 @@
  * the visits it inserts (batch.h BATCH_ROLL_COLUMNS): link_day_dim_batch rows
  * (per link, day and is_bot, the dimension/value/visits arrays), per
  * link-hour counters with their distinct human client_ids, and orphan counts
- * per code and day, each emitted as COPY text. */
+ * per code and day: the first two as whole COPY binary streams (header,
+ * rows, trailer), the orphans as COPY text rows. */
 #ifndef LP_INGEST_ROLLUP_H
 #define LP_INGEST_ROLLUP_H
 
@@ -27,7 +28,8 @@ void rollup_free(struct rollup *r);
  * b's buffers until the next rollup_build. */
 int rollup_build(struct rollup *r, const struct batch *b, const unsigned char *keep);
 
-/* COPY text of each output (owned by r, valid until the next rollup_build). */
+/* Each output (owned by r, valid until the next rollup_build): day_dim and
+ * hour in COPY's binary format (FORMAT binary), orphan in COPY text. */
 const struct batch_buf *rollup_day_dim(const struct rollup *r);
 const struct batch_buf *rollup_hour(const struct rollup *r);
 const struct batch_buf *rollup_orphan(const struct rollup *r);

@@ -2,10 +2,13 @@
  * case's rollup input rows (as batch.c writes them) aggregate to exactly the
  * listed link_day_dim_batch elements, link_hour rows (with their distinct
  * human clients) and orphan_day rows; the keep mask leaves rows out. Output
- * order is free, so both sides are compared as sorted, decoded tuples. */
+ * order is free, so both sides are compared as sorted, decoded tuples (the
+ * day_dim and hour outputs decoded from COPY's binary format, as PostgreSQL's
+ * array_recv and the int8/date/timestamptz receive functions read them). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../ingest/batch.h"
 #include "../../ingest/rollup.h"
@@ -58,97 +61,190 @@ copy_unescape(char *s)
 	*w = '\0';
 }
 
-/* Parses the array literal s ({a,"b\"c"}) into at most max elements, each
- * decoded in a buffer of its own (caller frees). Returns the count or -1. */
-static int
-parse_array(const char *s, char **el, int max)
+/* A reader over one binary COPY stream; bad is set on any overrun. */
+struct rd {
+	const unsigned char *p, *end;
+	int bad;
+};
+
+static uint64_t
+rd_be(struct rd *r, int n)
 {
-	int n = 0;
+	uint64_t v = 0;
 
-	if (*s++ != '{')
-		return -1;
-	if (*s == '}')
+	if (r->end - r->p < n) {
+		r->bad = 1;
 		return 0;
-	for (;;) {
-		char buf[1024];
-		size_t k = 0;
-
-		if (*s == '"') {
-			for (s++; *s != '\0' && *s != '"'; s++) {
-				if (*s == '\\' && s[1] != '\0')
-					s++;
-				if (k + 1 < sizeof(buf))
-					buf[k++] = *s;
-			}
-			if (*s++ != '"')
-				return -1;
-		} else {
-			while (*s != '\0' && *s != ',' && *s != '}' && k + 1 < sizeof(buf))
-				buf[k++] = *s++;
-		}
-		buf[k] = '\0';
-		if (n >= max)
-			return -1;
-		el[n++] = strdup(buf);
-		if (*s == '}')
-			return n;
-		if (*s++ != ',')
-			return -1;
 	}
+	for (int i = 0; i < n; i++)
+		v = v << 8 | *r->p++;
+	return v;
 }
 
-/* Tuples of one output of rollup_build: "dim"/"hour"/"orphan" lines. */
+/* A fixed-size integer field of n bytes (its length word checked). */
+static int64_t
+rd_int(struct rd *r, int n)
+{
+	uint64_t v;
+
+	if (rd_be(r, 4) != (uint64_t)n)
+		r->bad = 1;
+	v = rd_be(r, n);
+	if (n == 4)
+		return (int32_t)v;
+	if (n == 1)
+		return (int64_t)v;
+	return (int64_t)v;
+}
+
+/* "YYYY-MM-DD" of days since 2000-01-01, or with the time of day of us
+ * (microseconds since 2000-01-01 UTC): "YYYY-MM-DD HH:MM:SS.uuuuuu+00". */
+static void
+fmt_pg(char *out, size_t size, int64_t days, int64_t us, int with_time)
+{
+	time_t t = (time_t)(with_time ? us / 1000000 : days * 86400) + 946684800;
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	if (with_time)
+		snprintf(out, size, "%04d-%02d-%02d %02d:%02d:%02d.%06d+00", tm.tm_year + 1900,
+		    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(us % 1000000));
+	else
+		snprintf(out, size, "%04d-%02d-%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+}
+
+/* A one-dimensional array field of element type oid (empty allowed): its
+ * elements, each decoded as text (int8 in decimal) in a buffer of its own
+ * (caller frees). Returns the count, or -1. */
+static int
+rd_array(struct rd *r, uint32_t oid, char **el, int max)
+{
+	uint64_t len = rd_be(r, 4), ndim, n;
+	const unsigned char *stop;
+	int k = 0;
+
+	if (r->bad || (uint64_t)(r->end - r->p) < len)
+		return -1;
+	stop = r->p + len;
+	ndim = rd_be(r, 4);
+	if (rd_be(r, 4) != 0 || rd_be(r, 4) != oid || ndim > 1)
+		return -1;
+	n = ndim ? rd_be(r, 4) : 0;
+	if (ndim && rd_be(r, 4) != 1)
+		return -1;
+	for (uint64_t i = 0; i < n && !r->bad && k < max; i++) {
+		uint64_t elen = rd_be(r, 4);
+		char buf[1024];
+
+		if (elen >= sizeof(buf) || (uint64_t)(r->end - r->p) < elen) {
+			r->bad = 1;
+			break;
+		}
+		if (oid == 20) {
+			snprintf(buf, sizeof(buf), "%lld", (long long)(int64_t)rd_be(r, 8));
+		} else {
+			memcpy(buf, r->p, elen);
+			buf[elen] = '\0';
+			r->p += elen;
+		}
+		el[k++] = strdup(buf);
+	}
+	if (r->bad || r->p != stop || (uint64_t)k != n)
+		return -1;
+	return k;
+}
+
+/* Tuples of one output of rollup_build: "dim"/"hour" from a binary COPY
+ * stream, "orphan" from COPY text lines. */
 static void
 decode_output(const char *kind, const struct batch_buf *o, struct tuples *ts, const char *where)
 {
-	char *text = strndup(o->data ? o->data : "", o->len), *save = NULL;
+	char tuple[4096];
 
-	for (char *line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-		char *f[8], tuple[4096];
-		int n = unit_split_tabs(line, f, 8);
+	if (strcmp(kind, "orphan") != 0) {
+		struct rd r = { (const unsigned char *)o->data, (const unsigned char *)o->data + o->len, 0 };
+		int dim = strcmp(kind, "dim") == 0;
 
-		for (int i = 0; i < n; i++)
-			copy_unescape(f[i]);
-		if (strcmp(kind, "dim") == 0) {
-			char *d[64], *v[64], *c[64];
-			int nd, nv, nc;
+		CHECK(o->len >= BATCH_COPY_HEADER_SIZE + 2 &&
+		    memcmp(o->data, batch_copy_header, BATCH_COPY_HEADER_SIZE) == 0,
+		    "%s: %s: no binary COPY header", where, kind);
+		if (o->len < BATCH_COPY_HEADER_SIZE + 2)
+			return;
+		r.p += BATCH_COPY_HEADER_SIZE;
+		for (;;) {
+			uint64_t nf = rd_be(&r, 2);
+			char *d[64], *v[64], *c[64], *cl[64], day[64], a[64], b[64], joined[2048] = "";
+			int nd, nv, nc, ncl;
+			int64_t link;
 
-			CHECK(n == 6, "%s: day_dim row with %d fields", where, n);
-			if (n != 6)
+			if (r.bad || nf == 0xffff)
+				break;
+			CHECK(nf == (dim ? 6u : 7u), "%s: %s row with %d fields", where, kind, (int)nf);
+			if (nf != (dim ? 6u : 7u))
+				return;
+			link = rd_int(&r, 8);
+			if (dim) {
+				int64_t days = rd_int(&r, 4), bot = rd_int(&r, 1);
+
+				fmt_pg(day, sizeof(day), days, 0, 0);
+				nd = rd_array(&r, 25, d, 64);
+				nv = rd_array(&r, 25, v, 64);
+				nc = rd_array(&r, 20, c, 64);
+				CHECK(nd > 0 && nd == nv && nv == nc, "%s: arrays %d/%d/%d", where, nd, nv, nc);
+				for (int i = 0; i < nd && nd == nv && nv == nc; i++) {
+					snprintf(tuple, sizeof(tuple), "dim" SEP "%lld" SEP "%s" SEP "%s" SEP "%s"
+					    SEP "%s" SEP "%s", (long long)link, day, bot ? "t" : "f", d[i], v[i],
+					    c[i]);
+					add(ts, tuple);
+				}
+				for (int i = 0; i < nd; i++)
+					free(d[i]);
+				for (int i = 0; i < nv; i++)
+					free(v[i]);
+				for (int i = 0; i < nc; i++)
+					free(c[i]);
 				continue;
-			nd = parse_array(f[3], d, 64);
-			nv = parse_array(f[4], v, 64);
-			nc = parse_array(f[5], c, 64);
-			CHECK(nd > 0 && nd == nv && nv == nc, "%s: arrays %d/%d/%d", where, nd, nv, nc);
-			for (int i = 0; i < nd && nd == nv && nv == nc; i++) {
-				snprintf(tuple, sizeof(tuple), "dim" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s",
-				    f[0], f[1], f[2], d[i], v[i], c[i]);
+			}
+			{
+				int64_t hour = rd_int(&r, 8), n = rd_int(&r, 8), nbot = rd_int(&r, 8);
+				int64_t first = rd_int(&r, 8), last = rd_int(&r, 8);
+				char h[64];
+
+				fmt_pg(h, sizeof(h), 0, hour, 1);
+				memcpy(h + 14, "00:00+00", 9); /* the hour's start, as link_hour.hour */
+				fmt_pg(a, sizeof(a), 0, first, 1);
+				fmt_pg(b, sizeof(b), 0, last, 1);
+				ncl = rd_array(&r, 25, cl, 64);
+				CHECK(ncl >= 0, "%s: bad clients array", where);
+				if (ncl < 0)
+					return;
+				qsort(cl, (size_t)ncl, sizeof(cl[0]), cmp);
+				for (int i = 0; i < ncl; i++) {
+					if (i)
+						strcat(joined, ",");
+					strncat(joined, cl[i], sizeof(joined) - strlen(joined) - 1);
+					free(cl[i]);
+				}
+				snprintf(tuple, sizeof(tuple), "hour" SEP "%lld" SEP "%s" SEP "%lld" SEP "%lld"
+				    SEP "%s" SEP "%s" SEP "%s", (long long)link, h, (long long)n,
+				    (long long)nbot, a, b, joined);
 				add(ts, tuple);
 			}
-			for (int i = 0; i < nd; i++)
-				free(d[i]);
-			for (int i = 0; i < nv; i++)
-				free(v[i]);
-			for (int i = 0; i < nc; i++)
-				free(c[i]);
-		} else if (strcmp(kind, "hour") == 0) {
-			char *cl[64], joined[2048] = "";
-			int ncl;
+		}
+		CHECK(!r.bad && r.p == r.end, "%s: %s: bad binary COPY stream (%s)", where, kind,
+		    r.bad ? "overrun" : "bytes after the trailer");
+		return;
+	}
+	{
+		char *text = strndup(o->data ? o->data : "", o->len), *save = NULL;
 
-			CHECK(n == 7, "%s: hour row with %d fields", where, n);
-			if (n != 7 || (ncl = parse_array(f[6], cl, 64)) < 0)
-				continue;
-			qsort(cl, (size_t)ncl, sizeof(cl[0]), cmp);
-			for (int i = 0; i < ncl; i++) {
-				if (i)
-					strcat(joined, ",");
-				strncat(joined, cl[i], sizeof(joined) - strlen(joined) - 1);
-				free(cl[i]);
-			}
-			snprintf(tuple, sizeof(tuple), "hour" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s",
-			    f[0], f[1], f[2], f[3], f[4], f[5], joined);
-			add(ts, tuple);
-		} else {
+		for (char *line = strtok_r(text, "\n", &save); line != NULL;
+		    line = strtok_r(NULL, "\n", &save)) {
+			char *f[8];
+			int n = unit_split_tabs(line, f, 8);
+
+			for (int i = 0; i < n; i++)
+				copy_unescape(f[i]);
 			CHECK(n == 4, "%s: orphan row with %d fields", where, n);
 			if (n != 4)
 				continue;
@@ -156,8 +252,8 @@ decode_output(const char *kind, const struct batch_buf *o, struct tuples *ts, co
 			    f[0], f[1], f[2], f[3]);
 			add(ts, tuple);
 		}
+		free(text);
 	}
-	free(text);
 }
 
 /* Appends one roll row (15 plain fields, COPY-escaped here as batch.c does;
