@@ -1,6 +1,7 @@
 /* geo.c - GeoIP enrichment over libmaxminddb: classifies the address first
  * (special ranges never reach the database), then reads only the fields it
- * needs with MMDB_aget_value from the memory-mapped City and ISP/ASN files. */
+ * needs with MMDB_aget_value from the memory-mapped City and ISP/ASN files,
+ * or from a caller's cache of records already decoded. */
 #include "geo.h"
 #include "errstr.h"
 
@@ -36,6 +37,66 @@ struct geo_addr {
 	} u;
 	unsigned char b[16]; /* address bytes: 4 for AF_INET, 16 for AF_INET6 */
 };
+
+/* The fields geo_lookup reads from one City record, and from one ISP record. */
+struct geo_city_rec {
+	uint32_t key;              /* the record's data offset + 1; 0: empty slot */
+	char country_code[3], country[64], province[96], city[96];
+};
+
+struct geo_isp_rec {
+	uint32_t key;
+	long long asn;
+	char isp[128], asn_org[128];
+};
+
+struct geo_cache {
+	size_t mask;               /* slots - 1 */
+	struct geo_city_rec *city; /* owned, mask + 1 */
+	struct geo_isp_rec *isp;   /* owned, mask + 1 */
+	unsigned long long hits, misses;
+};
+
+struct geo_cache *
+geo_cache_new(size_t slots)
+{
+	struct geo_cache *c = calloc(1, sizeof(*c));
+	size_t n = 1;
+
+	while (n < slots && n < ((size_t)1 << 24))
+		n <<= 1;
+	if (c == NULL || (c->city = calloc(n, sizeof(*c->city))) == NULL ||
+	    (c->isp = calloc(n, sizeof(*c->isp))) == NULL) {
+		geo_cache_free(c);
+		return NULL;
+	}
+	c->mask = n - 1;
+	return c;
+}
+
+void
+geo_cache_free(struct geo_cache *c)
+{
+	if (c == NULL)
+		return;
+	free(c->city);
+	free(c->isp);
+	free(c);
+}
+
+void
+geo_cache_stats(const struct geo_cache *c, unsigned long long *hits, unsigned long long *misses)
+{
+	*hits = c ? c->hits : 0;
+	*misses = c ? c->misses : 0;
+}
+
+/* The slot of a record's data offset. */
+static size_t
+geo_slot(const struct geo_cache *c, uint32_t offset)
+{
+	return (size_t)(((uint64_t)offset * 0x9e3779b97f4a7c15ULL) >> 40) & c->mask;
+}
 
 static int
 geo_parse(const char *ip, struct geo_addr *a)
@@ -401,18 +462,31 @@ geo_find(const MMDB_s *m, const struct geo_addr *a, MMDB_entry_s *entry,
 }
 
 static int
-geo_lookup_city(const struct geo_db *db, const struct geo_addr *a,
+geo_lookup_city(const struct geo_db *db, struct geo_cache *c, const struct geo_addr *a,
                 struct geo_result *out)
 {
 	static const char *const iso[] = { "country", "iso_code", NULL };
 	const char *country[] = { "country", "names", NULL, NULL };
 	const char *province[] = { "subdivisions", "0", "names", NULL, NULL };
 	const char *city[] = { "city", "names", NULL, NULL };
+	struct geo_city_rec *rec = NULL;
 	MMDB_entry_s entry;
 	int rc;
 
 	if ((rc = geo_find(&db->city, a, &entry, &out->err)) != 1)
 		return rc;
+	if (c != NULL && entry.offset < UINT32_MAX) {
+		rec = &c->city[geo_slot(c, entry.offset)];
+		if (rec->key == entry.offset + 1) {
+			c->hits++;
+			memcpy(out->country_code, rec->country_code, sizeof(rec->country_code));
+			memcpy(out->country, rec->country, strlen(rec->country) + 1);
+			memcpy(out->province, rec->province, strlen(rec->province) + 1);
+			memcpy(out->city, rec->city, strlen(rec->city) + 1);
+			return 0;
+		}
+		c->misses++;
+	}
 	if (geo_get_str(&entry, iso, out->country_code, sizeof(out->country_code),
 	    &out->err) == -1 ||
 	    geo_get_name(db, &entry, country, 2, out->country, sizeof(out->country),
@@ -422,28 +496,62 @@ geo_lookup_city(const struct geo_db *db, const struct geo_addr *a,
 	    geo_get_name(db, &entry, city, 2, out->city, sizeof(out->city),
 	    &out->err) == -1)
 		return -1;
+	if (rec != NULL) {
+		rec->key = entry.offset + 1;
+		memcpy(rec->country_code, out->country_code, sizeof(rec->country_code));
+		memcpy(rec->country, out->country, sizeof(rec->country));
+		memcpy(rec->province, out->province, sizeof(rec->province));
+		memcpy(rec->city, out->city, sizeof(rec->city));
+	}
 	return 0;
 }
 
+static int geo_read_isp(MMDB_entry_s *entry, struct geo_result *out);
+
 static int
-geo_lookup_isp(const struct geo_db *db, const struct geo_addr *a,
+geo_lookup_isp(const struct geo_db *db, struct geo_cache *c, const struct geo_addr *a,
                struct geo_result *out)
 {
-	static const char *const asn[] = { "autonomous_system_number", NULL };
-	static const char *const aso[] = { "autonomous_system_organization", NULL };
-	static const char *const isp[] = { "isp", NULL };
-	static const char *const org[] = { "organization", NULL };
+	struct geo_isp_rec *rec = NULL;
 	MMDB_entry_s entry;
 	int rc;
 
 	if ((rc = geo_find(&db->isp, a, &entry, &out->err)) != 1)
 		return rc;
-	if (geo_get_uint(&entry, asn, &out->asn, &out->err) == -1 ||
-	    geo_get_str(&entry, aso, out->asn_org, sizeof(out->asn_org), &out->err) == -1)
+	if (c != NULL && entry.offset < UINT32_MAX) {
+		rec = &c->isp[geo_slot(c, entry.offset)];
+		if (rec->key == entry.offset + 1) {
+			out->asn = rec->asn;
+			memcpy(out->isp, rec->isp, strlen(rec->isp) + 1);
+			memcpy(out->asn_org, rec->asn_org, strlen(rec->asn_org) + 1);
+			return 0;
+		}
+	}
+	if ((rc = geo_read_isp(&entry, out)) == 0 && rec != NULL) {
+		rec->key = entry.offset + 1;
+		rec->asn = out->asn;
+		memcpy(rec->isp, out->isp, sizeof(rec->isp));
+		memcpy(rec->asn_org, out->asn_org, sizeof(rec->asn_org));
+	}
+	return rc;
+}
+
+/* The ISP fields of one ISP/ASN record. */
+static int
+geo_read_isp(MMDB_entry_s *entry, struct geo_result *out)
+{
+	static const char *const asn[] = { "autonomous_system_number", NULL };
+	static const char *const aso[] = { "autonomous_system_organization", NULL };
+	static const char *const isp[] = { "isp", NULL };
+	static const char *const org[] = { "organization", NULL };
+	int rc;
+
+	if (geo_get_uint(entry, asn, &out->asn, &out->err) == -1 ||
+	    geo_get_str(entry, aso, out->asn_org, sizeof(out->asn_org), &out->err) == -1)
 		return -1;
-	rc = geo_get_str(&entry, isp, out->isp, sizeof(out->isp), &out->err);
+	rc = geo_get_str(entry, isp, out->isp, sizeof(out->isp), &out->err);
 	if (rc == 0)
-		rc = geo_get_str(&entry, org, out->isp, sizeof(out->isp), &out->err);
+		rc = geo_get_str(entry, org, out->isp, sizeof(out->isp), &out->err);
 	if (rc == -1)
 		return -1;
 	if (rc == 0)
@@ -461,6 +569,13 @@ geo_clear(struct geo_result *out)
 
 int
 geo_lookup(const struct geo_db *db, const char *ip, struct geo_result *out)
+{
+	return geo_lookup_cached(db, NULL, ip, out);
+}
+
+int
+geo_lookup_cached(const struct geo_db *db, struct geo_cache *c, const char *ip,
+                  struct geo_result *out)
 {
 	struct geo_addr a;
 
@@ -486,8 +601,8 @@ geo_lookup(const struct geo_db *db, const char *ip, struct geo_result *out)
 	out->addr_class = geo_classify(&a);
 	if (out->addr_class != NULL)
 		return 0;
-	if (geo_lookup_city(db, &a, out) == -1 ||
-	    (db->has_isp && geo_lookup_isp(db, &a, out) == -1)) {
+	if (geo_lookup_city(db, c, &a, out) == -1 ||
+	    (db->has_isp && geo_lookup_isp(db, c, &a, out) == -1)) {
 		const char *err = out->err;
 
 		geo_clear(out);

@@ -54,6 +54,27 @@ void geo_close(struct geo_db *db);
  * Thread-safe: any number of threads may call it on one db at once. */
 int geo_lookup(const struct geo_db *db, const char *ip, struct geo_result *out);
 
+/* A cache of decoded data records for one thread's lookups (caller-owned:
+ * geo_cache_new / geo_cache_free). A MaxMind database stores each distinct
+ * record once and points every network with the same data (a city's, an
+ * ASN's) at it, so the fields of the records a stream of visits meets are
+ * decoded once instead of walking the record's maps per visit; the tree
+ * lookup of the address still runs every time. Not thread-safe. */
+struct geo_cache;
+
+/* An empty cache of 'slots' records per database (rounded up to a power of
+ * two; ~0.3 KB each), or NULL when out of memory. */
+struct geo_cache *geo_cache_new(size_t slots);
+void geo_cache_free(struct geo_cache *c);
+/* Lookups answered from the cache and lookups that decoded their record. */
+void geo_cache_stats(const struct geo_cache *c, unsigned long long *hits,
+                     unsigned long long *misses);
+
+/* geo_lookup through cache c (NULL: none); the same results. A cache must
+ * only ever be used with one db. */
+int geo_lookup_cached(const struct geo_db *db, struct geo_cache *c, const char *ip,
+                      struct geo_result *out);
+
 /* Classifies ip before any lookup. Returns NULL for an address that may have
  * a location (global unicast), else a static string:
  *   "invalid"       not an IPv4/IPv6 address in text (or NULL)

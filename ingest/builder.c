@@ -5,6 +5,7 @@
 
 #include "enrich.h"
 #include "errstr.h"
+#include "log.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -94,7 +95,7 @@ lane_main(void *arg)
 }
 
 static void
-lane_stop(struct lane *ln)
+lane_stop(struct lane *ln, int k)
 {
 	if (ln->started) {
 		pthread_mutex_lock(&ln->mtx);
@@ -109,6 +110,15 @@ lane_stop(struct lane *ln)
 	for (size_t i = 0; i < ln->n; i++)
 		rd_kafka_message_destroy(ln->queue[i]);
 	free(ln->queue);
+	if (ln->enr != NULL) {
+		unsigned long long hits, misses;
+
+		enrich_geo_cache_stats(ln->enr, &hits, &misses);
+		if (hits + misses > 0)
+			log_info("GeoIP record cache of lane %d: %llu hits, %llu misses (%.1f%%)",
+			    k, hits, misses,
+			    100.0 * (double)hits / (double)(hits + misses));
+	}
 	enrich_free(ln->enr);
 }
 
@@ -125,7 +135,7 @@ builder_new(const struct builder_conf *bc, char *errstr, size_t errstr_size)
 		struct lane *ln = &b->lane[k];
 
 		if ((ln->enr = enrich_new(bc->city_db, bc->isp_db, bc->locale, bc->uap_regexes,
-		    bc->ua_cache_entries, errstr, errstr_size)) == NULL)
+		    bc->ua_cache_entries, bc->geoip_cache_records, errstr, errstr_size)) == NULL)
 			goto fail;
 		pthread_mutex_init(&ln->mtx, NULL);
 		pthread_cond_init(&ln->work, NULL);
@@ -151,7 +161,7 @@ builder_free(struct builder *b)
 	if (b == NULL)
 		return;
 	for (int k = 0; k < LOADER_LANES; k++)
-		lane_stop(&b->lane[k]);
+		lane_stop(&b->lane[k], k);
 	free(b);
 }
 

@@ -18,6 +18,7 @@ struct builder;
 struct builder_conf {
 	const char *city_db, *isp_db, *locale, *uap_regexes;
 	size_t ua_cache_entries;
+	size_t geoip_cache_records; /* 0: no GeoIP record cache */
 };
 
 /* Starts LOADER_LANES threads, each with an enricher of its own. Returns a

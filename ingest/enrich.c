@@ -24,6 +24,7 @@ struct ref_slot {
 
 struct enricher {
 	struct geo_db *geo;
+	struct geo_cache *geo_cache; /* owned; NULL: none */
 	struct ua_parser *ua;
 	CURLU *url;
 	struct ref_slot *ref;    /* owned, REF_SLOTS */
@@ -31,7 +32,8 @@ struct enricher {
 
 struct enricher *
 enrich_new(const char *city_path, const char *isp_path, const char *locale,
-           const char *uap_regexes, size_t ua_cache_entries, char *errstr, size_t errstr_size)
+           const char *uap_regexes, size_t ua_cache_entries, size_t geo_cache_records,
+           char *errstr, size_t errstr_size)
 {
 	struct enricher *e;
 
@@ -41,6 +43,10 @@ enrich_new(const char *city_path, const char *isp_path, const char *locale,
 	}
 	if ((e->geo = geo_open(city_path, isp_path, locale, errstr, errstr_size)) == NULL)
 		goto fail;
+	if (geo_cache_records > 0 && (e->geo_cache = geo_cache_new(geo_cache_records)) == NULL) {
+		errstr_set(errstr, errstr_size, "GeoIP cache: out of memory");
+		goto fail;
+	}
 	if ((e->ua = ua_parser_new(uap_regexes, ua_cache_entries, errstr, errstr_size)) == NULL)
 		goto fail;
 	if ((e->url = curl_url()) == NULL || (e->ref = calloc(REF_SLOTS, sizeof(*e->ref))) == NULL) {
@@ -59,11 +65,19 @@ enrich_free(struct enricher *e)
 	if (e == NULL)
 		return;
 	geo_close(e->geo);
+	geo_cache_free(e->geo_cache);
 	ua_parser_free(e->ua);
 	if (e->url)
 		curl_url_cleanup(e->url);
 	free(e->ref);
 	free(e);
+}
+
+void
+enrich_geo_cache_stats(const struct enricher *e, unsigned long long *hits,
+                       unsigned long long *misses)
+{
+	geo_cache_stats(e->geo_cache, hits, misses);
 }
 
 void
@@ -236,7 +250,7 @@ int
 enrich_event(struct enricher *e, const struct event *ev, struct enrich_row *out,
              char *errstr, size_t errstr_size)
 {
-	if (geo_lookup(e->geo, ev->ip, &out->geo) < 0) {
+	if (geo_lookup_cached(e->geo, e->geo_cache, ev->ip, &out->geo) < 0) {
 		errstr_set(errstr, errstr_size, "GeoIP lookup of %s: %s", ev->ip,
 		    out->geo.err ? out->geo.err : "error");
 		return -1;

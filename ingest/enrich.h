@@ -25,13 +25,14 @@ struct enrich_row {
 	char language[36];
 };
 
-/* Opens the GeoIP databases (isp_path may be NULL or "") and compiles the
+/* Opens the GeoIP databases (isp_path may be NULL or "") with a cache of
+ * geo_cache_records decoded records (geo.h; 0: none) and compiles the
  * uap-core regexes with a result cache of ua_cache_entries. Returns an
  * enricher the caller owns (enrich_free), or NULL with errstr set. Not
  * thread-safe: one thread uses an enricher. */
 struct enricher *enrich_new(const char *city_path, const char *isp_path, const char *locale,
                             const char *uap_regexes, size_t ua_cache_entries,
-                            char *errstr, size_t errstr_size);
+                            size_t geo_cache_records, char *errstr, size_t errstr_size);
 void enrich_free(struct enricher *e);
 
 /* Fills *out (caller-owned) for ev. Returns 0, or -1 when the GeoIP database
@@ -48,6 +49,11 @@ void enrich_referer_host(struct enricher *e, const char *url, char *out, size_t 
  * highest q (first on ties; "*" and q=0 ignored), lower case
  * ("da, en-GB;q=0.8" -> "da"; "en;q=0.5, zh-CN" -> "zh-cn"). "" when none. */
 void enrich_language(const char *accept_language, char *out, size_t out_size);
+
+/* Lookups answered by the GeoIP record cache, and the others (0 and 0
+ * without a cache). */
+void enrich_geo_cache_stats(const struct enricher *e, unsigned long long *hits,
+                            unsigned long long *misses);
 
 /* Cache counters of the user-agent parser. */
 void enrich_ua_stats(struct enricher *e, struct ua_stats *st);

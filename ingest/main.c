@@ -36,6 +36,7 @@ struct ingest_conf {
 	long long batch_max_ms;
 	long long kafka_session_timeout_ms;
 	long long ua_cache_entries;
+	long long geoip_cache_records;
 	long long compact_interval_s;
 	char *log_level;
 	char *log_format;
@@ -63,6 +64,8 @@ static const struct cfg_opt ingest_tab[] = {
 	  "consumer group session timeout (a killed ingest's partitions move after this)" },
 	{ "ua_cache_entries", CFG_INT, "100000", 0, 10000000, NULL, OFF(ua_cache_entries), 0,
 	  "user-agent parse cache size (0: no cache)" },
+	{ "geoip_cache_records", CFG_INT, "4096", 0, 1048576, NULL, OFF(geoip_cache_records), 0,
+	  "decoded GeoIP records kept per builder thread, ~0.5 KB each (0: decode every visit's)" },
 	{ "compact_interval_s", CFG_INT, "60", 0, 86400, NULL, OFF(compact_interval_s), 0,
 	  "run link_day_dim_compact() this often, on its own connection (0: never; run it from cron)" },
 	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", OFF(log_level), 1, "log level" },
@@ -511,7 +514,8 @@ main(int argc, char **argv)
 	    metricsd_port(a.metricsd));
 	{
 		struct builder_conf bc = { a.conf.geoip_city_db, a.conf.geoip_isp_db,
-		    a.conf.geoip_locale, a.conf.uap_regexes, (size_t)a.conf.ua_cache_entries };
+		    a.conf.geoip_locale, a.conf.uap_regexes, (size_t)a.conf.ua_cache_entries,
+		    (size_t)a.conf.geoip_cache_records };
 		struct batch *lanes[LOADER_LANES];
 
 		if ((a.builder = builder_new(&bc, errstr, sizeof(errstr))) == NULL) {

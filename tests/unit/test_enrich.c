@@ -60,7 +60,7 @@ main(void)
 	struct enricher *e;
 
 	snprintf(regexes, sizeof(regexes), "%s/regexes.yaml", uap ? uap : "/usr/share/uap-core");
-	e = enrich_new(city ? city : "var/geoip/GeoLite2-City.mmdb", NULL, "en", regexes, 64, err,
+	e = enrich_new(city ? city : "var/geoip/GeoLite2-City.mmdb", NULL, "en", regexes, 64, 16, err,
 	    sizeof(err));
 	CHECK(e != NULL, "enrich_new: %s", err);
 	if (e == NULL)

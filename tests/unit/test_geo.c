@@ -396,6 +396,78 @@ test_real_sweep(void)
 	CHECK(found > 20000, "sweep: only %d of 50000 addresses have a country", found);
 }
 
+/* geo_lookup_cached gives exactly geo_lookup's results: over the fixture
+ * City+ISP files (the ISP record path too) and over the real file, with a
+ * cache of 2 slots (records replacing each other all the time) and of 4096,
+ * each address looked up three times; the big cache must answer most of the
+ * repeats and the real sweep's records repeat (a city's networks share one). */
+static void
+compare_cached(const char *what, struct geo_db *geo, const char *const *ips, int n, size_t slots,
+               int want_hits)
+{
+	struct geo_cache *c = geo_cache_new(slots);
+	unsigned long long hits, misses;
+	int differ = 0;
+
+	CHECK(c != NULL, "%s: geo_cache_new", what);
+	if (c == NULL || geo == NULL)
+		goto out;
+	for (int round = 0; round < 3; round++)
+		for (int i = 0; i < n; i++) {
+			struct geo_result want, got;
+			int rw, rg;
+
+			memset(&want, 0, sizeof(want));
+			memset(&got, 0, sizeof(got));
+			rw = geo_lookup(geo, ips[i], &want);
+			rg = geo_lookup_cached(geo, c, ips[i], &got);
+			if (rw != rg || memcmp(&want, &got, sizeof(want)) != 0) {
+				if (differ++ < 3)
+					CHECK(0, "%s (%zu slots): %s: cached lookup differs (country %s/%s,"
+					    " city %s/%s, isp %s/%s)", what, slots, ips[i], want.country,
+					    got.country, want.city, got.city, want.isp, got.isp);
+			}
+		}
+	CHECK(differ == 0, "%s (%zu slots): %d lookups differ", what, slots, differ);
+	geo_cache_stats(c, &hits, &misses);
+	CHECK(hits + misses > 0, "%s: no lookup reached the cache", what);
+	if (want_hits)
+		CHECK(hits > misses, "%s (%zu slots): %llu hits, %llu misses", what, slots, hits,
+		    misses);
+out:
+	geo_cache_free(c);
+}
+
+static void
+test_cached(void)
+{
+	static char buf[3000][48];
+	const char *ips[3000];
+	unsigned long long x = 0x2545f4914f6cdd1dULL;
+	int n = 0;
+
+	for (size_t i = 0; i < NIPS; i++)
+		ips[n++] = thread_ips[i];
+	compare_cached("fixtures", db_for("cached", "city+isp", "zh-CN"), ips, n, 2, 0);
+	compare_cached("fixtures", db_for("cached", "city+isp", "zh-CN"), ips, n, 4096, 1);
+	for (; n < 3000; n++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		if (n % 5 == 0)
+			snprintf(buf[n], sizeof(buf[n]), "2%03x:%x::%x", (unsigned)(x & 0xfff),
+			    (unsigned)((x >> 12) & 0xffff), (unsigned)((x >> 28) & 0xffff));
+		else
+			snprintf(buf[n], sizeof(buf[n]), "%u.%u.%u.%u", (unsigned)(x & 0xff),
+			    (unsigned)((x >> 8) & 0xff), (unsigned)((x >> 16) & 0xff),
+			    (unsigned)((x >> 24) & 0xff));
+		ips[n] = buf[n];
+	}
+	compare_cached("real", db_for("cached", "real", "zh-CN"), ips, n, 2, 0);
+	compare_cached("real", db_for("cached", "real", "zh-CN"), ips, n, 4096, 1);
+	compare_cached("real, en", db_for("cached", "real", "en"), ips, n, 4096, 1);
+}
+
 int
 main(void)
 {
@@ -419,6 +491,7 @@ main(void)
 	test_open_errors();
 	test_threads();
 	test_real_sweep();
+	test_cached();
 	for (i = 0; i < nopened; i++)
 		geo_close(opened[i].geo);
 	return unit_done("test_geo");
