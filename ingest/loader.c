@@ -15,6 +15,10 @@
 #include <time.h>
 
 #define COPY_CHUNK (256 * 1024)
+/* Batches loaded with a probe for stored ids after one whose COPY met an id
+ * already stored (a replay from a redirector's spool, a partition loaded
+ * again after a rebalance), counted again from every probe that finds one. */
+#define PROBE_BATCHES 16
 /* Connections loading at once, lane k for the partitions p % LANES == k
  * (the caller splits the batch so: builder.c). */
 #define LANES LOADER_LANES
@@ -28,6 +32,9 @@ struct loader {
 	struct loader *peer;       /* owned: lane 1 (its own connection), or NULL in
 	                            * the peer itself */
 	int32_t *known_months;     /* months whose partition exists (this connection) */
+	int probe_batches;         /* batches still to probe for stored ids first
+	                            * (after a primary-key conflict); 0: optimistic */
+	char copy_state[6];        /* SQLSTATE of the last failed COPY, "" none */
 	size_t nknown, known_cap;
 
 	pthread_t thread;
@@ -305,7 +312,10 @@ copy_end(struct loader *l, int rc, char *errstr, size_t errstr_size)
 	}
 	while ((r = PQgetResult(l->conn)) != NULL) {
 		if (PQresultStatus(r) != PGRES_COMMAND_OK && rc == 0) {
+			const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+
 			set_pg_error(l->conn, r, "COPY", errstr, errstr_size);
+			snprintf(l->copy_state, sizeof(l->copy_state), "%s", st ? st : "");
 			rc = -1;
 		}
 		PQclear(r);
@@ -382,13 +392,13 @@ cmp_row_key(const void *x, const void *y)
 }
 
 /* Decides which rows to insert: keep[i] = 0 for a key (id, visit_time)
- * already in visit_record (one index probe per id, as one statement) or
- * earlier in the same batch. Returns the number kept, or -1. A row stored
- * by another transaction after the probe makes the COPY fail on the primary
- * key: the batch rolls back and is retried, and the probe then sees it. */
+ * earlier in the same batch and, when probe is set, already in visit_record
+ * (one index probe per id, as one statement). Returns the number kept, or
+ * -1. A row stored before the COPY and not seen here makes the COPY fail on
+ * the primary key: load() rolls the batch back and loads it again, probing. */
 static long long
-find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, char *errstr,
-              size_t errstr_size)
+find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, int probe,
+              char *errstr, size_t errstr_size)
 {
 	struct row_key *k = malloc((b->rows ? b->rows : 1) * sizeof(*k));
 	char *ids = NULL, lo[40], hi[40];
@@ -397,8 +407,7 @@ find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, char
 	PGresult *r;
 	long long kept = 0;
 
-	if (k == NULL || (ids = malloc(cap)) == NULL) {
-		free(k);
+	if (k == NULL) {
 		errstr_set(errstr, errstr_size, "out of memory");
 		return -1;
 	}
@@ -410,17 +419,26 @@ find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, char
 	}
 	if (n == 0) {
 		free(k);
-		free(ids);
 		return 0;
 	}
 	qsort(k, n, sizeof(*k), cmp_row_key);
-	ids[0] = '{';
-	for (size_t j = 0; j < n; j++) {
+	for (size_t j = 0; j < n; j++)
 		keep[k[j].i] = j == 0 || cmp_key(&k[j - 1], &k[j]) != 0;
+	if (!probe || (ids = malloc(cap)) == NULL) {
+		free(k);
+		if (probe) {
+			errstr_set(errstr, errstr_size, "out of memory");
+			return -1;
+		}
+		for (size_t i = 0; i < b->rows; i++)
+			kept += keep[i];
+		return kept;
+	}
+	ids[0] = '{';
+	for (size_t j = 0; j < n; j++)
 		if (j == 0 || k[j - 1].id != k[j].id)
 			len += (size_t)snprintf(ids + len, cap - len, "%s%lld", len > 1 ? "," : "",
 			    (long long)k[j].id);
-	}
 	snprintf(ids + len, cap - len, "}");
 	batch_format_ts(b->min_ts_us, lo, sizeof(lo), NULL);
 	batch_format_ts(b->max_ts_us, hi, sizeof(hi), NULL);
@@ -577,10 +595,10 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
      size_t errstr_size)
 {
 	double t0 = mono_ms(), t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0, tc = t0;
-	int crc;
+	int crc, probe = l->probe_batches > 0;
 	unsigned char *keep = NULL;
 	int32_t pending[64];
-	size_t npending = 0;
+	size_t npending;
 	int64_t *next = NULL;
 	int32_t ntouched = b->ntouched;
 	size_t nrows = b->rows, nrejects = b->nrejects;
@@ -588,6 +606,8 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 	memset(res, 0, sizeof(*res));
 	if (ntouched == 0)
 		return 0; /* no message of this lane's partitions in the batch */
+again:
+	npending = 0;
 	if (loader_connect(l, errstr, errstr_size) < 0)
 		return -1;
 	if (exec_ok(l, "BEGIN", errstr, errstr_size) < 0)
@@ -608,11 +628,13 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 			errstr_set(errstr, errstr_size, "out of memory");
 			goto fail;
 		}
-		if ((kept = find_new_rows(l, b, keep, errstr, errstr_size)) < 0)
+		if ((kept = find_new_rows(l, b, keep, probe, errstr, errstr_size)) < 0)
 			goto fail;
 		t1 = mono_ms();
 		res->inserted = (uint64_t)kept;
 		res->duplicates = nrows - res->inserted;
+		if (probe && res->duplicates > 0)
+			l->probe_batches = PROBE_BATCHES; /* replays go on: keep probing */
 		if (kept > 0) {
 			const unsigned char *k = (size_t)kept == b->rows ? NULL : keep;
 			/* the rollups are computed on another thread while the server
@@ -623,11 +645,26 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 
 			if (!threaded)
 				rollup_thread(&job);
+			l->copy_state[0] = '\0';
 			crc = copy_rows(l, b, k, errstr, errstr_size);
 			t2 = mono_ms();
 			if (threaded)
 				pthread_join(th, NULL);
 			tc = mono_ms();
+			if (crc < 0 && !probe && strcmp(l->copy_state, "23505") == 0) {
+				/* an id already stored (a replay): load the batch
+				 * again, leaving out the stored ids */
+				log_info("a batch holds visits already stored (%s); loading it again "
+				    "without them, and probing for stored ids in the next %d batches",
+				    errstr, PROBE_BATCHES);
+				rollback(l);
+				free(keep);
+				keep = NULL;
+				probe = 1;
+				l->probe_batches = PROBE_BATCHES;
+				memset(res, 0, sizeof(*res));
+				goto again;
+			}
 			if (crc < 0)
 				goto fail;
 			if (job.rc < 0) {
@@ -672,6 +709,8 @@ load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
 	free(keep);
 	for (size_t i = 0; i < npending; i++)
 		remember_month(l, pending[i]);
+	if (probe && l->probe_batches > 0)
+		l->probe_batches--;
 	log_debug("loaded %zu rows (%llu new): probe %.1f ms, COPY visit_record %.1f ms (rollups"
 	    " in C on a thread meanwhile, then waited %.1f ms), COPY rollups %.1f ms,"
 	    " link_hour/total/orphan upserts %.1f ms, total %.1f ms", b->rows,
