@@ -1,5 +1,5 @@
 /* batch.c - builds a batch: COPY rows for visit_record (binary format,
- * straight into one growing buffer), the rollup input rows (COPY text),
+ * straight into one growing buffer), the rollup input rows (length-prefixed),
  * rejects with their raw bytes, per partition next offsets and the months. */
 #include "batch.h"
 
@@ -79,55 +79,6 @@ put_raw(struct batch_buf *buf, const char *s, size_t n)
 	buf->len += n;
 }
 
-int
-batch_put_text(struct batch_buf *buf, const char *s, size_t len)
-{
-	size_t i, start;
-
-	if (s == NULL) {
-		if (reserve(buf, 3) < 0)
-			return -1;
-		put_raw(buf, "\\N\t", 3);
-		return 0;
-	}
-	/* Worst case every byte doubles. */
-	if (reserve(buf, 2 * len + 1) < 0)
-		return -1;
-	for (i = start = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-		char esc;
-
-		if (c > '\\' || (c >= ' ' && c != '\\'))
-			continue;
-		switch (c) {
-		case '\\': esc = '\\'; break;
-		case '\t': esc = 't'; break;
-		case '\n': esc = 'n'; break;
-		case '\r': esc = 'r'; break;
-		case '\b': esc = 'b'; break;
-		case '\f': esc = 'f'; break;
-		case '\v': esc = 'v'; break;
-		default: continue;
-		}
-		put_raw(buf, s + start, i - start);
-		buf->data[buf->len++] = '\\';
-		buf->data[buf->len++] = esc;
-		start = i + 1;
-	}
-	put_raw(buf, s + start, len - start);
-	buf->data[buf->len++] = '\t';
-	return 0;
-}
-
-/* A C string field; "" is NULL when empty_null. */
-static int
-put_str(struct batch_buf *buf, const char *s, int empty_null)
-{
-	if (s == NULL || (empty_null && *s == '\0'))
-		return batch_put_text(buf, NULL, 0);
-	return batch_put_text(buf, s, strlen(s));
-}
-
 /* Appends n bytes of s to out (size bytes, *len used), as many as fit
  * leaving room for a terminating NUL. */
 static void
@@ -149,24 +100,20 @@ digits(char *p, unsigned long long v, int width)
 	}
 }
 
+/* Writes v in decimal at the end of num[24]; returns its length. */
 static int
-put_ll(struct batch_buf *buf, long long v)
+ll_text(char num[24], long long v)
 {
-	char num[24];
 	unsigned long long u = v < 0 ? 0 - (unsigned long long)v : (unsigned long long)v;
 	int n = 0;
 
 	do {
-		num[sizeof(num) - 1 - n++] = (char)('0' + u % 10);
+		num[24 - 1 - n++] = (char)('0' + u % 10);
 		u /= 10;
 	} while (u);
 	if (v < 0)
-		num[sizeof(num) - 1 - n++] = '-';
-	if (reserve(buf, (size_t)n + 1) < 0)
-		return -1;
-	put_raw(buf, num + sizeof(num) - n, (size_t)n);
-	buf->data[buf->len++] = '\t';
-	return 0;
+		num[24 - 1 - n++] = '-';
+	return n;
 }
 
 /* COPY's binary format (PostgreSQL's "Binary Format" of COPY): per field a
@@ -373,6 +320,31 @@ add_reject(struct batch *b, int32_t partition, int64_t offset, const void *paylo
 	return 0;
 }
 
+int
+batch_put_roll_field(struct batch_buf *buf, const char *s, size_t len)
+{
+	if (len > BATCH_ROLL_MAX)
+		len = BATCH_ROLL_MAX;
+	if (reserve(buf, 2 + len) < 0)
+		return -1;
+	if (s == NULL) {
+		buf->data[buf->len++] = (char)(BATCH_ROLL_NULL & 0xff);
+		buf->data[buf->len++] = (char)(BATCH_ROLL_NULL >> 8);
+		return 0;
+	}
+	buf->data[buf->len++] = (char)(len & 0xff);
+	buf->data[buf->len++] = (char)(len >> 8);
+	put_raw(buf, s, len);
+	return 0;
+}
+
+/* A C string as a rollup input field. */
+static int
+roll_str(struct batch_buf *r, const char *s)
+{
+	return batch_put_roll_field(r, s, strlen(s));
+}
+
 /* "" for NULL: the link_day_dim value of an absent column. */
 static const char *
 dv(const char *s)
@@ -414,25 +386,29 @@ put_roll(struct batch_buf *r, const struct event *ev, const struct enrich_row *e
 		cat(v6, sizeof(v6), &n6, bv, strcspn(bv, "."));
 	}
 	v6[n6] = '\0';
-	rc |= ev->has_link_id ? put_ll(r, ev->link_id) : batch_put_text(r, NULL, 0);
-	rc |= batch_put_text(r, ev->code, ev->code_len);
-	rc |= put_str(r, er->client_id, 0);
-	rc |= put_str(r, ts, 0);
-	rc |= put_str(r, u->is_bot ? "t" : "f", 0);
-	rc |= put_str(r, cc, 0);
-	rc |= put_str(r, v2, 0);
-	rc |= put_str(r, v3, 0);
-	rc |= put_str(r, dv(g->isp), 0);
-	rc |= put_str(r, br, 0);
-	rc |= put_str(r, v6, 0);
-	rc |= put_str(r, dv(u->os.family), 0);
-	rc |= put_str(r, dv(u->device_type), 0);
-	rc |= put_str(r, er->referer_host, 0);
-	rc |= put_str(r, er->language, 0);
-	if (rc)
-		return -1;
-	r->data[r->len - 1] = '\n';
-	return 0;
+	if (ev->has_link_id) {
+		char num[24];
+		int n = ll_text(num, ev->link_id);
+
+		rc |= batch_put_roll_field(r, num + sizeof(num) - n, (size_t)n);
+	} else {
+		rc |= batch_put_roll_field(r, NULL, 0);
+	}
+	rc |= batch_put_roll_field(r, ev->code, ev->code_len);
+	rc |= batch_put_roll_field(r, er->client_id, DIGEST_SHA1_HEX_SIZE - 1);
+	rc |= roll_str(r, ts);
+	rc |= batch_put_roll_field(r, u->is_bot ? "t" : "f", 1);
+	rc |= roll_str(r, cc);
+	rc |= batch_put_roll_field(r, v2, n2);
+	rc |= batch_put_roll_field(r, v3, n3);
+	rc |= roll_str(r, dv(g->isp));
+	rc |= roll_str(r, br);
+	rc |= batch_put_roll_field(r, v6, n6);
+	rc |= roll_str(r, dv(u->os.family));
+	rc |= roll_str(r, dv(u->device_type));
+	rc |= roll_str(r, er->referer_host);
+	rc |= roll_str(r, er->language);
+	return rc ? -1 : 0;
 }
 
 static int

@@ -21,12 +21,17 @@
 extern const char batch_copy_header[BATCH_COPY_HEADER_SIZE];
 extern const char batch_copy_trailer[2];
 
-/* Columns of the loader's temporary rollup input table (one row per visit,
- * in the same order as the rows of copy): the breakdown values are already
- * the link_day_dim values of 0004_rollups.sql ('' when unknown). */
-#define BATCH_ROLL_COLUMNS \
-	"url_link_id, unique_code, client_id, visit_time, is_bot, v1, v2, v3, v4, v5, v6, v7, " \
-	"v8, v9, v10"
+/* The rollup input row of each visit (rollup.c reads them; one per row of
+ * copy, in the same order), BATCH_ROLL_FIELDS fields: url_link_id (decimal
+ * digits; NULL for an orphan visit), unique_code, client_id (40 hex digits),
+ * visit_time ("YYYY-MM-DD HH:MM:SS.uuuuuu+00"), is_bot ("t" or "f"), then
+ * the ten link_day_dim values of 0004_rollups.sql ('' when unknown), in
+ * rollup.c's dimension order. Each field is a 2-byte little-endian length
+ * and that many bytes, as they are (no escapes); length BATCH_ROLL_NULL is
+ * NULL. */
+#define BATCH_ROLL_FIELDS 15
+#define BATCH_ROLL_NULL 0xFFFF
+#define BATCH_ROLL_MAX 0xFFFE /* longer values are cut (none comes close) */
 
 /* Where one row lives in the two COPY buffers, and its key. */
 struct batch_row {
@@ -55,7 +60,7 @@ struct batch_buf {
 struct batch {
 	struct batch_buf copy;      /* COPY binary rows of BATCH_COPY_COLUMNS */
 	size_t rows;                /* rows in copy */
-	struct batch_buf roll;      /* COPY text rows of BATCH_ROLL_COLUMNS */
+	struct batch_buf roll;      /* rollup input rows (BATCH_ROLL_FIELDS) */
 	struct batch_row *row;      /* owned: rows entries */
 	size_t row_cap;
 	int64_t min_ts_us, max_ts_us; /* range of visit_time over the rows */
@@ -95,9 +100,9 @@ int batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t of
 /* Records the next offset of partition without a message (e.g. skipping). */
 int batch_set_offset(struct batch *b, int32_t partition, int64_t next_offset);
 
-/* Appends one field and a tab to buf in COPY text format (backslash, tab,
- * newline, CR escaped; NULL s writes \N). Returns 0 or -1 (no memory). */
-int batch_put_text(struct batch_buf *buf, const char *s, size_t len);
+
+/* Appends one rollup input field (s NULL: NULL). Returns 0 or -1 (no memory). */
+int batch_put_roll_field(struct batch_buf *buf, const char *s, size_t len);
 
 /* Formats microseconds since the epoch as "YYYY-MM-DD HH:MM:SS.uuuuuu+00"
  * into out (at least 32 bytes); *month receives year * 12 + month - 1. */

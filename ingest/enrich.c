@@ -86,20 +86,26 @@ enrich_ua_stats(struct enricher *e, struct ua_stats *st)
 	ua_parser_stats(e->ua, st);
 }
 
-/* "major.minor.patch" of the parts present, stopping at the first absent one. */
+/* "major.minor.patch" of the parts present, stopping at the first absent one
+ * (or at the first that would not fit whole: the parts are at most
+ * UA_VERSION_SIZE - 1 bytes and out 4 * UA_VERSION_SIZE, so never). */
 static void
 join_version(char *out, size_t size, const char *major, const char *minor, const char *patch)
 {
 	const char *parts[3] = { major, minor, patch };
 	size_t n = 0;
 
-	out[0] = '\0';
 	for (int i = 0; i < 3 && parts[i][0]; i++) {
-		int w = snprintf(out + n, size - n, "%s%s", i ? "." : "", parts[i]);
-		if (w < 0 || (size_t)w >= size - n)
+		size_t len = strlen(parts[i]);
+
+		if (n + (i > 0) + len >= size)
 			break;
-		n += (size_t)w;
+		if (i > 0)
+			out[n++] = '.';
+		memcpy(out + n, parts[i], len);
+		n += len;
 	}
+	out[n] = '\0';
 }
 
 static void

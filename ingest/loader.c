@@ -678,7 +678,8 @@ again:
 			    copy_buf(l, "COPY ingest_hour (" ROLLUP_HOUR_COLUMNS ") FROM STDIN"
 			    " (FORMAT binary)",
 			    rollup_hour(l->roll), errstr, errstr_size) < 0 ||
-			    copy_buf(l, "COPY ingest_orphan (" ROLLUP_ORPHAN_COLUMNS ") FROM STDIN",
+			    copy_buf(l, "COPY ingest_orphan (" ROLLUP_ORPHAN_COLUMNS ") FROM STDIN"
+			    " (FORMAT binary)",
 			    rollup_orphan(l->roll), errstr, errstr_size) < 0)
 				goto fail;
 			t4 = mono_ms();

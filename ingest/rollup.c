@@ -6,12 +6,11 @@
 #include "rollup.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define NVALUES 10
-#define NFIELDS 15
+#define NFIELDS BATCH_ROLL_FIELDS
 #define TS_LEN 29 /* "YYYY-MM-DD HH:MM:SS.uuuuuu+00" */
 #define CLIENT_LEN (DIGEST_SHA1_HEX_SIZE - 1)
 
@@ -135,35 +134,11 @@ bin_int(struct batch_buf *b, int64_t v, int bytes)
 	return put_be(b, (uint64_t)bytes, 4) | put_be(b, (uint64_t)v, bytes);
 }
 
-/* Decodes a value as batch.c's batch_put_text escaped it (\\ \t \n \r \b
- * \f \v) into b, preceded by its decoded length when with_len. */
+/* One text value as a binary field or array element: length, then bytes. */
 static int
-put_unescaped(struct batch_buf *b, const char *v, size_t n, int with_len)
+put_text(struct batch_buf *b, const char *v, size_t n)
 {
-	size_t start = b->len, out = 0;
-	int rc = with_len ? put_be(b, 0, 4) : 0;
-
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		char c = v[i];
-
-		if (c == '\\' && i + 1 < n) {
-			switch (v[++i]) {
-			case 't': c = '\t'; break;
-			case 'n': c = '\n'; break;
-			case 'r': c = '\r'; break;
-			case 'b': c = '\b'; break;
-			case 'f': c = '\f'; break;
-			case 'v': c = '\v'; break;
-			default: c = v[i]; break;
-			}
-		}
-		rc = buf_put(b, &c, 1);
-		out++;
-	}
-	if (rc == 0 && with_len)
-		for (int i = 0; i < 4; i++)
-			b->data[start + (size_t)i] = (char)(out >> (8 * (3 - i)));
-	return rc;
+	return put_be(b, n, 4) | buf_put(b, v, n);
 }
 
 /* Days from 1970-01-01 to the civil date y-m-d (proleptic Gregorian). */
@@ -286,26 +261,30 @@ rollup_free(struct rollup *r)
 	free(r);
 }
 
-/* Splits one roll row (ending in '\n') into its 15 fields. */
+/* Splits one roll row (batch.h: BATCH_ROLL_FIELDS length-prefixed fields)
+ * into its fields; a NULL field gets f[k] NULL and length 0. */
 static int
 split_row(const char *p, const char *end, const char **f, size_t *flen)
 {
-	int k = 0;
+	for (int k = 0; k < NFIELDS; k++) {
+		size_t n;
 
-	while (k < NFIELDS) {
-		const char *q = memchr(p, '\t', (size_t)(end - p));
-		const char *nl = q == NULL ? end - 1 : q;
-
-		if (q == NULL && (nl < p || *nl != '\n'))
-			nl = end;
+		if (end - p < 2)
+			return -1;
+		n = (size_t)(unsigned char)p[0] | (size_t)(unsigned char)p[1] << 8;
+		p += 2;
+		if (n == BATCH_ROLL_NULL) {
+			f[k] = NULL;
+			flen[k] = 0;
+			continue;
+		}
+		if ((size_t)(end - p) < n)
+			return -1;
 		f[k] = p;
-		flen[k] = (size_t)(nl - p);
-		k++;
-		if (q == NULL)
-			break;
-		p = q + 1;
+		flen[k] = n;
+		p += n;
 	}
-	return k == NFIELDS ? 0 : -1;
+	return p == end ? 0 : -1;
 }
 
 /* Row i's text in b's roll buffer. */
@@ -359,22 +338,6 @@ cmp_ref(const void *x, const void *y)
 	if (a->hour != b->hour)
 		return a->hour < b->hour ? -1 : 1;
 	return a->row < b->row ? -1 : a->row > b->row;
-}
-
-static int
-put_num(struct batch_buf *o, long long v)
-{
-	char num[32];
-	int n = snprintf(num, sizeof(num), "%lld", v);
-
-	return buf_put(o, num, (size_t)n);
-}
-
-/* Appends "\t<v>". */
-static int
-put_count(struct batch_buf *o, long long v)
-{
-	return buf_str(o, "\t") | put_num(o, v);
 }
 
 /* The UTC day of visit_time text ("YYYY-MM-DD ...") in days since 2000-01-01. */
@@ -448,7 +411,7 @@ emit_group(struct batch_buf *o, const struct rtab *t, int64_t link, int64_t day,
 				rc |= put_be(o, strlen(dim_names[e->dim]), 4) |
 				    buf_str(o, dim_names[e->dim]);
 			else if (pass == 1)
-				rc |= put_unescaped(o, e->v, e->vlen, 1);
+				rc |= put_text(o, e->v, e->vlen);
 			else
 				rc |= bin_int(o, e->n, 8);
 		}
@@ -501,20 +464,20 @@ orphan_grow(struct rollup *r)
 	return 0;
 }
 
-/* Counts an orphan visit of code (COPY text) on the day of ts. */
+/* Counts an orphan visit of code on the day of ts (key: "YYYY-MM-DD" and
+ * the code's bytes, in orph_keys). */
 static int
 add_orphan(struct rollup *r, const char *code, size_t code_len, const char *ts, int bot)
 {
-	char key[160];
-	size_t klen = code_len + 11, i;
+	size_t klen = 10 + code_len, i, at = r->orph_keys.len;
+	const char *key;
 	uint64_t h;
 	struct orphan *x;
 
-	if (klen > sizeof(key))
-		return 0; /* cannot happen: codes are at most 64 bytes, escaped 128 */
-	memcpy(key, code, code_len);
-	key[code_len] = '\t';
-	memcpy(key + code_len + 1, ts, 10);
+	/* the key goes at the end of orph_keys, kept only when it is new */
+	if (buf_put(&r->orph_keys, ts, 10) < 0 || buf_put(&r->orph_keys, code, code_len) < 0)
+		return -1;
+	key = r->orph_keys.data + at;
 	h = hash_bytes(key, klen, 0);
 	if (2 * (r->norph + 1) > r->orph_cap_slots && orphan_grow(r) < 0)
 		return -1;
@@ -522,8 +485,10 @@ add_orphan(struct rollup *r, const char *code, size_t code_len, const char *ts, 
 	    i = (i + 1) & (r->orph_cap_slots - 1)) {
 		x = &r->orph[r->orph_slot[i] - 1];
 		if (x->h == h && x->klen == klen &&
-		    memcmp(r->orph_keys.data + x->koff, key, klen) == 0)
+		    memcmp(r->orph_keys.data + x->koff, key, klen) == 0) {
+			r->orph_keys.len = at;
 			goto count;
+		}
 	}
 	if (r->norph == r->orph_cap) {
 		size_t cap = r->orph_cap ? 2 * r->orph_cap : 64;
@@ -533,11 +498,9 @@ add_orphan(struct rollup *r, const char *code, size_t code_len, const char *ts, 
 		r->orph = n;
 		r->orph_cap = cap;
 	}
-	if (buf_put(&r->orph_keys, key, klen) < 0)
-		return -1;
 	x = &r->orph[r->norph];
 	x->h = h;
-	x->koff = r->orph_keys.len - klen;
+	x->koff = at;
 	x->klen = klen;
 	x->n = x->nbot = 0;
 	r->orph_slot[i] = (uint32_t)(++r->norph);
@@ -563,7 +526,7 @@ collect(struct rollup *r, const struct batch *b, const unsigned char *keep)
 		row_text(b, i, &p, &end);
 		if (split_row(p, end, f, fl) < 0 || fl[3] != TS_LEN || fl[2] != CLIENT_LEN)
 			continue; /* cannot happen: batch.c writes these rows */
-		if (fl[0] == 2 && f[0][0] == '\\') { /* \N: an orphan visit */
+		if (f[0] == NULL) { /* an orphan visit */
 			if (add_orphan(r, f[1], fl[1], f[3], fl[4] == 1 && f[4][0] == 't') < 0)
 				return -1;
 			continue;
@@ -648,17 +611,21 @@ aggregate(struct rollup *r, const struct batch *b)
 	return emit_hour(&r->out_hours, &acc, &r->seen);
 }
 
+/* The ingest_orphan rows (ROLLUP_ORPHAN_COLUMNS, binary). */
 static int
 emit_orphans(struct rollup *r)
 {
-	for (size_t i = 0; i < r->norph; i++) {
+	struct batch_buf *o = &r->out_orphans;
+	int rc = 0;
+
+	for (size_t i = 0; i < r->norph && rc == 0; i++) {
 		const struct orphan *e = &r->orph[i];
-		if (buf_put(&r->out_orphans, r->orph_keys.data + e->koff, e->klen) < 0 ||
-		    put_count(&r->out_orphans, e->n) < 0 || put_count(&r->out_orphans, e->nbot) < 0 ||
-		    buf_str(&r->out_orphans, "\n") < 0)
-			return -1;
+		const char *key = r->orph_keys.data + e->koff;
+
+		rc = put_be(o, 4, 2) | put_text(o, key + 10, e->klen - 10) |
+		    bin_int(o, pg_day(key), 4) | bin_int(o, e->n, 8) | bin_int(o, e->nbot, 8);
 	}
-	return 0;
+	return rc;
 }
 
 int
@@ -671,11 +638,13 @@ rollup_build(struct rollup *r, const struct batch *b, const unsigned char *keep)
 	r->out_dims.len = r->out_hours.len = r->out_orphans.len = 0;
 	if (buf_put(&r->out_dims, batch_copy_header, sizeof(batch_copy_header)) < 0 ||
 	    buf_put(&r->out_hours, batch_copy_header, sizeof(batch_copy_header)) < 0 ||
-	    collect(r, b, keep) < 0 || aggregate(r, b) < 0 ||
+	    buf_put(&r->out_orphans, batch_copy_header, sizeof(batch_copy_header)) < 0 ||
+	    collect(r, b, keep) < 0 || aggregate(r, b) < 0 || emit_orphans(r) < 0 ||
 	    buf_put(&r->out_dims, batch_copy_trailer, sizeof(batch_copy_trailer)) < 0 ||
-	    buf_put(&r->out_hours, batch_copy_trailer, sizeof(batch_copy_trailer)) < 0)
+	    buf_put(&r->out_hours, batch_copy_trailer, sizeof(batch_copy_trailer)) < 0 ||
+	    buf_put(&r->out_orphans, batch_copy_trailer, sizeof(batch_copy_trailer)) < 0)
 		return -1;
-	return emit_orphans(r);
+	return 0;
 }
 
 const struct batch_buf *

@@ -1,9 +1,8 @@
 /* rollup.h - one batch's rollups computed in C from the rollup input rows of
- * the visits it inserts (batch.h BATCH_ROLL_COLUMNS): link_day_dim_batch rows
+ * the visits it inserts (batch.h BATCH_ROLL_FIELDS): link_day_dim_batch rows
  * (per link, day and is_bot, the dimension/value/visits arrays), per
  * link-hour counters with their distinct human client_ids, and orphan counts
- * per code and day: the first two as whole COPY binary streams (header,
- * rows, trailer), the orphans as COPY text rows. */
+ * per code and day, each a whole COPY binary stream (header, rows, trailer). */
 #ifndef LP_INGEST_ROLLUP_H
 #define LP_INGEST_ROLLUP_H
 
@@ -28,8 +27,8 @@ void rollup_free(struct rollup *r);
  * b's buffers until the next rollup_build. */
 int rollup_build(struct rollup *r, const struct batch *b, const unsigned char *keep);
 
-/* Each output (owned by r, valid until the next rollup_build): day_dim and
- * hour in COPY's binary format (FORMAT binary), orphan in COPY text. */
+/* Each output (owned by r, valid until the next rollup_build): a whole COPY
+ * stream in binary format (FORMAT binary). */
 const struct batch_buf *rollup_day_dim(const struct rollup *r);
 const struct batch_buf *rollup_hour(const struct rollup *r);
 const struct batch_buf *rollup_orphan(const struct rollup *r);

@@ -90,6 +90,12 @@ def interleaved(n=120, seed=15):
 
 
 CASES.append(("interleaved links, days and hours", interleaved(), None))
+CASES.append(("orphan codes of 64 multibyte characters, with a tab", [
+    (None, "\u4e2d" * 64, A, ts(1, "09:00:00"), False, GB),
+    (None, "\u4e2d" * 64, B, ts(1, "10:00:00"), True, BOT),
+    (None, "\u4e2d" * 63 + "x", A, ts(1, "09:00:00"), False, GB),
+    (None, "tab\there", A, ts(2, "09:00:00"), False, GB),
+], None))
 CASES.append(("interleaved, keep mask", interleaved(60, seed=16),
               "".join(random.Random(17).choice("01") for _ in range(60))))
 
@@ -118,7 +124,7 @@ def expected(rows, keep):
     for (link, hour), (n, nb, first, last, clients) in hours.items():
         out.append(f"hour\t{link}\t{hour}\t{n}\t{nb}\t{first}\t{last}\t{','.join(sorted(clients))}")
     for (code, day), (n, nb) in orphans.items():
-        out.append(f"orphan\t{code}\t{day}\t{n}\t{nb}")
+        out.append(f"orphan\t{esc(code)}\t{day}\t{n}\t{nb}")
     return sorted(out)
 
 
@@ -132,7 +138,7 @@ print("# orphan: code, day, visits, bot_visits")
 for name, rows, keep in CASES:
     print(f"\ncase\t{name}")
     for link, code, client, t, bot, vals in rows:
-        fields = ["\\N" if link is None else str(link), code, client, t, "t" if bot else "f"]
+        fields = ["\\N" if link is None else str(link), esc(code), client, t, "t" if bot else "f"]
         print("roll\t" + "\t".join(fields + [esc(v) for v in vals]))
     if keep:
         print(f"keep\t{keep}")

@@ -3,8 +3,8 @@
  * listed link_day_dim_batch elements, link_hour rows (with their distinct
  * human clients) and orphan_day rows; the keep mask leaves rows out. Output
  * order is free, so both sides are compared as sorted, decoded tuples (the
- * day_dim and hour outputs decoded from COPY's binary format, as PostgreSQL's
- * array_recv and the int8/date/timestamptz receive functions read them). */
+ * outputs decoded from COPY's binary format, as PostgreSQL's array_recv and
+ * the int8/date/timestamptz/text receive functions read them). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,23 +42,6 @@ clear(struct tuples *ts)
 	for (int i = 0; i < ts->n; i++)
 		free(ts->t[i]);
 	ts->n = 0;
-}
-
-/* Decodes a COPY text field in place (\\ \t \n \r). */
-static void
-copy_unescape(char *s)
-{
-	char *w = s;
-
-	for (char *r = s; *r != '\0'; r++) {
-		if (*r == '\\' && r[1] != '\0') {
-			r++;
-			*w++ = *r == 't' ? '\t' : *r == 'n' ? '\n' : *r == 'r' ? '\r' : *r;
-		} else {
-			*w++ = *r;
-		}
-	}
-	*w = '\0';
 }
 
 /* A reader over one binary COPY stream; bad is set on any overrun. */
@@ -154,106 +137,106 @@ rd_array(struct rd *r, uint32_t oid, char **el, int max)
 	return k;
 }
 
-/* Tuples of one output of rollup_build: "dim"/"hour" from a binary COPY
- * stream, "orphan" from COPY text lines. */
+/* Tuples of one output of rollup_build, a binary COPY stream: "dim" rows
+ * of link_day_dim_batch, "hour" rows of ingest_hour, "orphan" rows of
+ * ingest_orphan. */
 static void
 decode_output(const char *kind, const struct batch_buf *o, struct tuples *ts, const char *where)
 {
+	struct rd r = { (const unsigned char *)o->data, (const unsigned char *)o->data + o->len, 0 };
+	int dim = strcmp(kind, "dim") == 0, orphan = strcmp(kind, "orphan") == 0;
+	uint64_t want_nf = dim ? 6 : orphan ? 4 : 7;
 	char tuple[4096];
 
-	if (strcmp(kind, "orphan") != 0) {
-		struct rd r = { (const unsigned char *)o->data, (const unsigned char *)o->data + o->len, 0 };
-		int dim = strcmp(kind, "dim") == 0;
+	CHECK(o->len >= BATCH_COPY_HEADER_SIZE + 2 &&
+	    memcmp(o->data, batch_copy_header, BATCH_COPY_HEADER_SIZE) == 0,
+	    "%s: %s: no binary COPY header", where, kind);
+	if (o->len < BATCH_COPY_HEADER_SIZE + 2)
+		return;
+	r.p += BATCH_COPY_HEADER_SIZE;
+	for (;;) {
+		uint64_t nf = rd_be(&r, 2);
+		char *d[64], *v[64], *c[64], *cl[64], day[64], a[64], b[64], joined[2048] = "";
+		int nd, nv, nc, ncl;
+		int64_t link;
 
-		CHECK(o->len >= BATCH_COPY_HEADER_SIZE + 2 &&
-		    memcmp(o->data, batch_copy_header, BATCH_COPY_HEADER_SIZE) == 0,
-		    "%s: %s: no binary COPY header", where, kind);
-		if (o->len < BATCH_COPY_HEADER_SIZE + 2)
+		if (r.bad || nf == 0xffff)
+			break;
+		CHECK(nf == want_nf, "%s: %s row with %d fields", where, kind, (int)nf);
+		if (nf != want_nf)
 			return;
-		r.p += BATCH_COPY_HEADER_SIZE;
-		for (;;) {
-			uint64_t nf = rd_be(&r, 2);
-			char *d[64], *v[64], *c[64], *cl[64], day[64], a[64], b[64], joined[2048] = "";
-			int nd, nv, nc, ncl;
-			int64_t link;
+		if (orphan) {
+			uint64_t len = rd_be(&r, 4);
+			char code[512];
+			int64_t days, n, nbot;
 
-			if (r.bad || nf == 0xffff)
+			if (len >= sizeof(code) || (uint64_t)(r.end - r.p) < len) {
+				r.bad = 1;
 				break;
-			CHECK(nf == (dim ? 6u : 7u), "%s: %s row with %d fields", where, kind, (int)nf);
-			if (nf != (dim ? 6u : 7u))
-				return;
-			link = rd_int(&r, 8);
-			if (dim) {
-				int64_t days = rd_int(&r, 4), bot = rd_int(&r, 1);
-
-				fmt_pg(day, sizeof(day), days, 0, 0);
-				nd = rd_array(&r, 25, d, 64);
-				nv = rd_array(&r, 25, v, 64);
-				nc = rd_array(&r, 20, c, 64);
-				CHECK(nd > 0 && nd == nv && nv == nc, "%s: arrays %d/%d/%d", where, nd, nv, nc);
-				for (int i = 0; i < nd && nd == nv && nv == nc; i++) {
-					snprintf(tuple, sizeof(tuple), "dim" SEP "%lld" SEP "%s" SEP "%s" SEP "%s"
-					    SEP "%s" SEP "%s", (long long)link, day, bot ? "t" : "f", d[i], v[i],
-					    c[i]);
-					add(ts, tuple);
-				}
-				for (int i = 0; i < nd; i++)
-					free(d[i]);
-				for (int i = 0; i < nv; i++)
-					free(v[i]);
-				for (int i = 0; i < nc; i++)
-					free(c[i]);
-				continue;
 			}
-			{
-				int64_t hour = rd_int(&r, 8), n = rd_int(&r, 8), nbot = rd_int(&r, 8);
-				int64_t first = rd_int(&r, 8), last = rd_int(&r, 8);
-				char h[64];
+			memcpy(code, r.p, len);
+			code[len] = '\0';
+			r.p += len;
+			days = rd_int(&r, 4);
+			n = rd_int(&r, 8);
+			nbot = rd_int(&r, 8);
+			fmt_pg(day, sizeof(day), days, 0, 0);
+			snprintf(tuple, sizeof(tuple), "orphan" SEP "%s" SEP "%s" SEP "%lld" SEP "%lld",
+			    code, day, (long long)n, (long long)nbot);
+			add(ts, tuple);
+			continue;
+		}
+		link = rd_int(&r, 8);
+		if (dim) {
+			int64_t days = rd_int(&r, 4), bot = rd_int(&r, 1);
 
-				fmt_pg(h, sizeof(h), 0, hour, 1);
-				memcpy(h + 14, "00:00+00", 9); /* the hour's start, as link_hour.hour */
-				fmt_pg(a, sizeof(a), 0, first, 1);
-				fmt_pg(b, sizeof(b), 0, last, 1);
-				ncl = rd_array(&r, 25, cl, 64);
-				CHECK(ncl >= 0, "%s: bad clients array", where);
-				if (ncl < 0)
-					return;
-				qsort(cl, (size_t)ncl, sizeof(cl[0]), cmp);
-				for (int i = 0; i < ncl; i++) {
-					if (i)
-						strcat(joined, ",");
-					strncat(joined, cl[i], sizeof(joined) - strlen(joined) - 1);
-					free(cl[i]);
-				}
-				snprintf(tuple, sizeof(tuple), "hour" SEP "%lld" SEP "%s" SEP "%lld" SEP "%lld"
-				    SEP "%s" SEP "%s" SEP "%s", (long long)link, h, (long long)n,
-				    (long long)nbot, a, b, joined);
+			fmt_pg(day, sizeof(day), days, 0, 0);
+			nd = rd_array(&r, 25, d, 64);
+			nv = rd_array(&r, 25, v, 64);
+			nc = rd_array(&r, 20, c, 64);
+			CHECK(nd > 0 && nd == nv && nv == nc, "%s: arrays %d/%d/%d", where, nd, nv, nc);
+			for (int i = 0; i < nd && nd == nv && nv == nc; i++) {
+				snprintf(tuple, sizeof(tuple), "dim" SEP "%lld" SEP "%s" SEP "%s" SEP "%s"
+				    SEP "%s" SEP "%s", (long long)link, day, bot ? "t" : "f", d[i], v[i],
+				    c[i]);
 				add(ts, tuple);
 			}
+			for (int i = 0; i < nd; i++)
+				free(d[i]);
+			for (int i = 0; i < nv; i++)
+				free(v[i]);
+			for (int i = 0; i < nc; i++)
+				free(c[i]);
+			continue;
 		}
-		CHECK(!r.bad && r.p == r.end, "%s: %s: bad binary COPY stream (%s)", where, kind,
-		    r.bad ? "overrun" : "bytes after the trailer");
-		return;
-	}
-	{
-		char *text = strndup(o->data ? o->data : "", o->len), *save = NULL;
+		{
+			int64_t hour = rd_int(&r, 8), n = rd_int(&r, 8), nbot = rd_int(&r, 8);
+			int64_t first = rd_int(&r, 8), last = rd_int(&r, 8);
+			char h[64];
 
-		for (char *line = strtok_r(text, "\n", &save); line != NULL;
-		    line = strtok_r(NULL, "\n", &save)) {
-			char *f[8];
-			int n = unit_split_tabs(line, f, 8);
-
-			for (int i = 0; i < n; i++)
-				copy_unescape(f[i]);
-			CHECK(n == 4, "%s: orphan row with %d fields", where, n);
-			if (n != 4)
-				continue;
-			snprintf(tuple, sizeof(tuple), "orphan" SEP "%s" SEP "%s" SEP "%s" SEP "%s",
-			    f[0], f[1], f[2], f[3]);
+			fmt_pg(h, sizeof(h), 0, hour, 1);
+			memcpy(h + 14, "00:00+00", 9); /* the hour's start, as link_hour.hour */
+			fmt_pg(a, sizeof(a), 0, first, 1);
+			fmt_pg(b, sizeof(b), 0, last, 1);
+			ncl = rd_array(&r, 25, cl, 64);
+			CHECK(ncl >= 0, "%s: bad clients array", where);
+			if (ncl < 0)
+				return;
+			qsort(cl, (size_t)ncl, sizeof(cl[0]), cmp);
+			for (int i = 0; i < ncl; i++) {
+				if (i)
+					strcat(joined, ",");
+				strncat(joined, cl[i], sizeof(joined) - strlen(joined) - 1);
+				free(cl[i]);
+			}
+			snprintf(tuple, sizeof(tuple), "hour" SEP "%lld" SEP "%s" SEP "%lld" SEP "%lld"
+			    SEP "%s" SEP "%s" SEP "%s", (long long)link, h, (long long)n,
+			    (long long)nbot, a, b, joined);
 			add(ts, tuple);
 		}
-		free(text);
 	}
+	CHECK(!r.bad && r.p == r.end, "%s: %s: bad binary COPY stream (%s)", where, kind,
+	    r.bad ? "overrun" : "bytes after the trailer");
 }
 
 /* Appends one roll row (15 plain fields, COPY-escaped here as batch.c does;
@@ -275,9 +258,8 @@ add_roll(struct batch *b, char **f, int n, const char *where)
 		long len = null ? 0 : unit_unescape(f[i]);
 
 		CHECK(len >= 0, "%s: bad escape in field %d", where, i + 1);
-		batch_put_text(&b->roll, null ? NULL : f[i], len < 0 ? 0 : (size_t)len);
+		batch_put_roll_field(&b->roll, null ? NULL : f[i], len < 0 ? 0 : (size_t)len);
 	}
-	b->roll.data[b->roll.len - 1] = '\n'; /* the last tab ends the row */
 }
 
 static void
