@@ -50,10 +50,21 @@ struct geo_isp_rec {
 	char isp[128], asn_org[128];
 };
 
+/* Where one address led in one database: its record, or none. */
+struct geo_addr_rec {
+	unsigned char b[16];       /* the address bytes (4 used for IPv4) */
+	uint8_t used, v6, found;
+	uint32_t offset;           /* the record's data offset, when found */
+};
+
+#define GEO_ADDR_PER_REC 4     /* address slots per record slot */
+
 struct geo_cache {
 	size_t mask;               /* slots - 1 */
 	struct geo_city_rec *city; /* owned, mask + 1 */
 	struct geo_isp_rec *isp;   /* owned, mask + 1 */
+	size_t amask;              /* address slots - 1 */
+	struct geo_addr_rec *city_addr, *isp_addr; /* owned, amask + 1 each */
 	unsigned long long hits, misses;
 };
 
@@ -66,11 +77,14 @@ geo_cache_new(size_t slots)
 	while (n < slots && n < ((size_t)1 << 24))
 		n <<= 1;
 	if (c == NULL || (c->city = calloc(n, sizeof(*c->city))) == NULL ||
-	    (c->isp = calloc(n, sizeof(*c->isp))) == NULL) {
+	    (c->isp = calloc(n, sizeof(*c->isp))) == NULL ||
+	    (c->city_addr = calloc(n * GEO_ADDR_PER_REC, sizeof(*c->city_addr))) == NULL ||
+	    (c->isp_addr = calloc(n * GEO_ADDR_PER_REC, sizeof(*c->isp_addr))) == NULL) {
 		geo_cache_free(c);
 		return NULL;
 	}
 	c->mask = n - 1;
+	c->amask = n * GEO_ADDR_PER_REC - 1;
 	return c;
 }
 
@@ -81,6 +95,8 @@ geo_cache_free(struct geo_cache *c)
 		return;
 	free(c->city);
 	free(c->isp);
+	free(c->city_addr);
+	free(c->isp_addr);
 	free(c);
 }
 
@@ -461,6 +477,48 @@ geo_find(const MMDB_s *m, const struct geo_addr *a, MMDB_entry_s *entry,
 	return 1;
 }
 
+/* geo_find through an address cache (tab NULL: none): an address seen
+ * before is not looked up in the tree again. Errors are not cached. */
+static int
+geo_find_cached(const MMDB_s *m, struct geo_addr_rec *tab, size_t mask,
+                const struct geo_addr *a, MMDB_entry_s *entry, const char **err)
+{
+	size_t n = a->family == AF_INET ? 4 : 16;
+	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
+	struct geo_addr_rec *r;
+	int rc;
+
+	if (tab == NULL)
+		return geo_find(m, a, entry, err);
+	for (size_t i = 0; i < n; i += 4) {
+		uint32_t w32;
+
+		memcpy(&w32, a->b + i, 4);
+		w = w32;
+		h = (h ^ w) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	r = &tab[(size_t)(h >> 20) & mask];
+	if (r->used && r->v6 == (n == 16) && memcmp(r->b, a->b, n) == 0) {
+		if (!r->found)
+			return 0;
+		entry->mmdb = m;
+		entry->offset = r->offset;
+		return 1;
+	}
+	rc = geo_find(m, a, entry, err);
+	if (rc == 1 && entry->offset >= UINT32_MAX)
+		return rc; /* cannot be kept (no database is that large) */
+	if (rc >= 0) {
+		memcpy(r->b, a->b, n);
+		r->v6 = n == 16;
+		r->used = 1;
+		r->found = rc == 1;
+		r->offset = rc == 1 ? entry->offset : 0;
+	}
+	return rc;
+}
+
 static int
 geo_lookup_city(const struct geo_db *db, struct geo_cache *c, const struct geo_addr *a,
                 struct geo_result *out)
@@ -473,7 +531,8 @@ geo_lookup_city(const struct geo_db *db, struct geo_cache *c, const struct geo_a
 	MMDB_entry_s entry;
 	int rc;
 
-	if ((rc = geo_find(&db->city, a, &entry, &out->err)) != 1)
+	if ((rc = geo_find_cached(&db->city, c ? c->city_addr : NULL, c ? c->amask : 0, a, &entry,
+	    &out->err)) != 1)
 		return rc;
 	if (c != NULL && entry.offset < UINT32_MAX) {
 		rec = &c->city[geo_slot(c, entry.offset)];
@@ -516,7 +575,8 @@ geo_lookup_isp(const struct geo_db *db, struct geo_cache *c, const struct geo_ad
 	MMDB_entry_s entry;
 	int rc;
 
-	if ((rc = geo_find(&db->isp, a, &entry, &out->err)) != 1)
+	if ((rc = geo_find_cached(&db->isp, c ? c->isp_addr : NULL, c ? c->amask : 0, a, &entry,
+	    &out->err)) != 1)
 		return rc;
 	if (c != NULL && entry.offset < UINT32_MAX) {
 		rec = &c->isp[geo_slot(c, entry.offset)];

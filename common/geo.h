@@ -54,16 +54,20 @@ void geo_close(struct geo_db *db);
  * Thread-safe: any number of threads may call it on one db at once. */
 int geo_lookup(const struct geo_db *db, const char *ip, struct geo_result *out);
 
-/* A cache of decoded data records for one thread's lookups (caller-owned:
- * geo_cache_new / geo_cache_free). A MaxMind database stores each distinct
- * record once and points every network with the same data (a city's, an
- * ASN's) at it, so the fields of the records a stream of visits meets are
- * decoded once instead of walking the record's maps per visit; the tree
- * lookup of the address still runs every time. Not thread-safe. */
+/* A cache for one thread's lookups (caller-owned: geo_cache_new /
+ * geo_cache_free) of decoded data records and of addresses. A MaxMind
+ * database stores each distinct record once and points every network with
+ * the same data (a city's, an ASN's) at it, so the fields of the records a
+ * stream of visits meets are decoded once instead of walking the record's
+ * maps per visit; and an address seen again (a visitor's second click, a
+ * carrier's NAT) skips the walk down the search tree to its record. Both
+ * are direct-mapped: a newer entry replaces an older one in its slot. Not
+ * thread-safe. */
 struct geo_cache;
 
 /* An empty cache of 'slots' records per database (rounded up to a power of
- * two; ~0.3 KB each), or NULL when out of memory. */
+ * two; ~0.3 KB each) and four times as many addresses (28 bytes each), or
+ * NULL when out of memory. */
 struct geo_cache *geo_cache_new(size_t slots);
 void geo_cache_free(struct geo_cache *c);
 /* Lookups answered from the cache and lookups that decoded their record. */
