@@ -232,8 +232,13 @@ loader_connect(struct loader *l, char *errstr, size_t errstr_size)
 		drop_conn(l);
 		return -1;
 	}
-	if (exec_ok(l, "SET TimeZone = 'UTC'; SET client_encoding = 'UTF8'", errstr,
-	    errstr_size) < 0)
+	/* enable_hashagg off: link_day's upsert groups a batch's hour rows by
+	 * link and day with hll_union_agg, whose state is a whole 128 KB
+	 * multiset; a hash aggregate holds one per group at once (~1,000 per
+	 * batch: spilled to disk at the default work_mem, 131 MB at 64MB, 22-51
+	 * ms per batch by auto_explain), a sorted one holds one at a time */
+	if (exec_ok(l, "SET TimeZone = 'UTC'; SET client_encoding = 'UTF8'; SET enable_hashagg = off",
+	    errstr, errstr_size) < 0)
 		goto fail;
 	r = PQexec(l->conn, "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('link_hour')"
 	    " AND attname = 'visitors' AND NOT attisdropped");
