@@ -94,15 +94,19 @@ class EventGen:
         return ev
 
 
-def producer(bootstrap):
+def producer(bootstrap, **conf):
     from confluent_kafka import Producer
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                     "queue.buffering.max.messages": 1000000, "enable.idempotence": True})
+                     "queue.buffering.max.messages": 1000000, "enable.idempotence": True,
+                     **conf})
 
 
-def produce(bootstrap, topic, values, partition=None, prod=None, key_field="code"):
+def produce(bootstrap, topic, values, partition=None, prod=None, key_field="code",
+            compact=False):
     """Produces values (dicts become JSON, bytes as is) keyed by key_field (the
-    redirector keys by code); waits for delivery and returns [(partition, offset)]."""
+    redirector keys by code); waits for delivery and returns [(partition, offset)].
+    compact: JSON without spaces, as the redirector writes it."""
+    seps = (",", ":") if compact else None
     p = prod or producer(bootstrap)
     done, errors = [], []
 
@@ -112,7 +116,7 @@ def produce(bootstrap, topic, values, partition=None, prod=None, key_field="code
         else:
             done.append((msg.partition(), msg.offset()))
     for v in values:
-        raw = v if isinstance(v, (bytes, bytearray)) else json.dumps(v).encode()
+        raw = v if isinstance(v, (bytes, bytearray)) else json.dumps(v, separators=seps).encode()
         key = (str(v.get(key_field)) if isinstance(v, dict) else "raw").encode()
         kw = {} if partition is None else {"partition": partition}
         while True:
