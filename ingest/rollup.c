@@ -94,6 +94,8 @@ hash_bytes(const char *s, size_t n, uint64_t seed)
 static int
 buf_put(struct batch_buf *b, const char *s, size_t n)
 {
+	if (n == 0)
+		return 0;
 	if (b->len + n > b->cap) {
 		size_t cap = b->cap ? b->cap : 4096;
 		char *p;
@@ -544,7 +546,8 @@ collect(struct rollup *r, const struct batch *b, const unsigned char *keep)
 		r->ref[r->nref].row = i;
 		r->nref++;
 	}
-	qsort(r->ref, r->nref, sizeof(*r->ref), cmp_ref);
+	if (r->nref > 1)
+		qsort(r->ref, r->nref, sizeof(*r->ref), cmp_ref);
 	return 0;
 }
 
