@@ -1,6 +1,7 @@
-/* loader.c - one PostgreSQL transaction per batch (libpq): partitions, a probe
- * for ids already stored, COPY of the new rows straight into visit_record and
- * of their rollup inputs into a temp table, the rollups, rejects, offsets. */
+/* loader.c - one PostgreSQL transaction per batch (libpq): partitions, COPY
+ * of the new rows straight into visit_record (a probe for stored ids first
+ * only after a batch met one) and of their rollups (binary), the rollup
+ * upserts, rejects, offsets. */
 #include "loader.h"
 #include "rollup.h"
 

@@ -47,7 +47,7 @@ struct rtab {
 };
 
 /* Orphan visits per code and day: few, kept in one table over the batch
- * (key = "code\tYYYY-MM-DD" in keys). */
+ * (key = "YYYY-MM-DD" and the code's bytes, in orph_keys). */
 struct orphan {
 	uint64_t h;
 	size_t koff, klen;
@@ -289,7 +289,7 @@ split_row(const char *p, const char *end, const char **f, size_t *flen)
 	return p == end ? 0 : -1;
 }
 
-/* Row i's text in b's roll buffer. */
+/* Where row i's rollup input fields are in b's roll buffer. */
 static void
 row_text(const struct batch *b, size_t i, const char **p, const char **end)
 {
@@ -313,7 +313,7 @@ digits(const char *s, size_t n)
 	return (int64_t)v;
 }
 
-/* A link id as batch.c writes it (put_ll of an int64: optional '-', then
+/* A link id as batch.c writes it (ll_text of an int64: optional '-', then
  * up to 19 digits), exactly, so that rows sort by link. */
 static int64_t
 link_id(const char *s, size_t n)
