@@ -73,7 +73,7 @@ reserve(struct batch_buf *buf, size_t more)
 }
 
 static inline void
-put_raw(struct batch_buf *buf, const char *s, size_t n)
+put_raw(struct batch_buf *buf, const void *s, size_t n)
 {
 	memcpy(buf->data + buf->len, s, n);
 	buf->len += n;
@@ -100,22 +100,6 @@ digits(char *p, unsigned long long v, int width)
 	}
 }
 
-/* Writes v in decimal at the end of num[24]; returns its length. */
-static int
-ll_text(char num[24], long long v)
-{
-	unsigned long long u = v < 0 ? 0 - (unsigned long long)v : (unsigned long long)v;
-	int n = 0;
-
-	do {
-		num[24 - 1 - n++] = (char)('0' + u % 10);
-		u /= 10;
-	} while (u);
-	if (v < 0)
-		num[24 - 1 - n++] = '-';
-	return n;
-}
-
 /* COPY's binary format (PostgreSQL's "Binary Format" of COPY): per field a
  * 32-bit big-endian length (-1: NULL) and the type's binary send form. */
 
@@ -126,8 +110,28 @@ put_be(struct batch_buf *buf, uint64_t v, int bytes)
 		buf->data[buf->len++] = (char)(v >> (8 * i));
 }
 
-static int
-bin_bytes(struct batch_buf *buf, const char *s, size_t len)
+int
+batch_put(struct batch_buf *buf, const void *s, size_t n)
+{
+	if (n == 0)
+		return 0;
+	if (reserve(buf, n) < 0)
+		return -1;
+	put_raw(buf, s, n);
+	return 0;
+}
+
+int
+batch_put_be(struct batch_buf *buf, uint64_t v, int bytes)
+{
+	if (reserve(buf, (size_t)bytes) < 0)
+		return -1;
+	put_be(buf, v, bytes);
+	return 0;
+}
+
+int
+batch_bin_bytes(struct batch_buf *buf, const char *s, size_t len)
 {
 	if (len > INT32_MAX || reserve(buf, 4 + len) < 0)
 		return -1;
@@ -151,12 +155,11 @@ bin_str(struct batch_buf *buf, const char *s, int empty_null)
 {
 	if (s == NULL || (empty_null && *s == '\0'))
 		return bin_null(buf);
-	return bin_bytes(buf, s, strlen(s));
+	return batch_bin_bytes(buf, s, strlen(s));
 }
 
-/* bigint (8), smallint (2) or boolean (1 byte). */
-static int
-bin_int(struct batch_buf *buf, int64_t v, int bytes)
+int
+batch_bin_int(struct batch_buf *buf, int64_t v, int bytes)
 {
 	if (reserve(buf, 4 + (size_t)bytes) < 0)
 		return -1;
@@ -169,7 +172,7 @@ bin_int(struct batch_buf *buf, int64_t v, int bytes)
 static int
 bin_ts(struct batch_buf *buf, int64_t unix_us)
 {
-	return bin_int(buf, unix_us - INT64_C(946684800000000), 8);
+	return batch_bin_int(buf, unix_us - INT64_C(946684800000000), 8);
 }
 
 /* inet (a host address, so cidr 0 and all bits) of nb address bytes, as
@@ -196,17 +199,18 @@ const char batch_copy_header[BATCH_COPY_HEADER_SIZE] =
 	"PGCOPY\n\377\r\n\0" "\0\0\0\0" "\0\0\0";
 const char batch_copy_trailer[2] = { (char)0xff, (char)0xff };
 
-void
-batch_format_ts(long long us, char *out, size_t out_size, int32_t *month)
+/* The UTC date of us microseconds since the epoch (proleptic Gregorian,
+ * H. Hinnant's civil_from_days, without gmtime_r's lock); *rem gets the
+ * microseconds since that day's midnight. */
+static void
+civil(long long us, long long *y, long long *m, long long *d, long long *rem)
 {
-	/* the proleptic Gregorian date of a day count (H. Hinnant's
-	 * civil_from_days), without gmtime_r's lock and snprintf */
 	const long long day_us = 86400LL * 1000000;
-	long long days = us / day_us, rem = us % day_us, z, era, doe, yoe, doy, mp, y, m, d;
-	char t[30];
+	long long days = us / day_us, z, era, doe, yoe, doy, mp;
 
-	if (rem < 0) {
-		rem += day_us;
+	*rem = us % day_us;
+	if (*rem < 0) {
+		*rem += day_us;
 		days--;
 	}
 	z = days + 719468;
@@ -215,9 +219,28 @@ batch_format_ts(long long us, char *out, size_t out_size, int32_t *month)
 	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
 	doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
 	mp = (5 * doy + 2) / 153;
-	d = doy - (153 * mp + 2) / 5 + 1;
-	m = mp < 10 ? mp + 3 : mp - 9;
-	y = yoe + era * 400 + (m <= 2);
+	*d = doy - (153 * mp + 2) / 5 + 1;
+	*m = mp < 10 ? mp + 3 : mp - 9;
+	*y = yoe + era * 400 + (*m <= 2);
+}
+
+/* year * 12 + month - 1 of us microseconds since the epoch (UTC). */
+static int32_t
+month_of(long long us)
+{
+	long long y, m, d, rem;
+
+	civil(us, &y, &m, &d, &rem);
+	return (int32_t)(y * 12 + m - 1);
+}
+
+void
+batch_format_ts(long long us, char *out, size_t out_size, int32_t *month)
+{
+	long long y, m, d, rem;
+	char t[30];
+
+	civil(us, &y, &m, &d, &rem);
 	/* "YYYY-MM-DD HH:MM:SS.uuuuuu+00" */
 	digits(t, (unsigned long long)y, 4);
 	t[4] = '-';
@@ -327,11 +350,6 @@ batch_put_roll_field(struct batch_buf *buf, const char *s, size_t len)
 		len = BATCH_ROLL_MAX;
 	if (reserve(buf, 2 + len) < 0)
 		return -1;
-	if (s == NULL) {
-		buf->data[buf->len++] = (char)(BATCH_ROLL_NULL & 0xff);
-		buf->data[buf->len++] = (char)(BATCH_ROLL_NULL >> 8);
-		return 0;
-	}
 	buf->data[buf->len++] = (char)(len & 0xff);
 	buf->data[buf->len++] = (char)(len >> 8);
 	put_raw(buf, s, len);
@@ -352,11 +370,10 @@ dv(const char *s)
 	return s ? s : "";
 }
 
-/* The rollup input row: link, code, client_id, time, bot flag and the ten
+/* The rollup input row (batch.h): code, client_id and the ten
  * link_day_dim values defined in 0004_rollups.sql's comments. */
 static int
-put_roll(struct batch_buf *r, const struct event *ev, const struct enrich_row *er,
-         const char *ts)
+put_roll(struct batch_buf *r, const struct event *ev, const struct enrich_row *er)
 {
 	const struct geo_result *g = &er->geo;
 	const struct ua_result *u = &er->ua;
@@ -386,18 +403,8 @@ put_roll(struct batch_buf *r, const struct event *ev, const struct enrich_row *e
 		cat(v6, sizeof(v6), &n6, bv, strcspn(bv, "."));
 	}
 	v6[n6] = '\0';
-	if (ev->has_link_id) {
-		char num[24];
-		int n = ll_text(num, ev->link_id);
-
-		rc |= batch_put_roll_field(r, num + sizeof(num) - n, (size_t)n);
-	} else {
-		rc |= batch_put_roll_field(r, NULL, 0);
-	}
 	rc |= batch_put_roll_field(r, ev->code, ev->code_len);
 	rc |= batch_put_roll_field(r, er->client_id, DIGEST_SHA1_HEX_SIZE - 1);
-	rc |= roll_str(r, ts);
-	rc |= batch_put_roll_field(r, u->is_bot ? "t" : "f", 1);
 	rc |= roll_str(r, cc);
 	rc |= batch_put_roll_field(r, v2, n2);
 	rc |= batch_put_roll_field(r, v3, n3);
@@ -412,26 +419,24 @@ put_roll(struct batch_buf *r, const struct event *ev, const struct enrich_row *e
 }
 
 static int
-put_row(struct batch *b, const struct event *ev, const struct enrich_row *er, int32_t *month)
+put_row(struct batch *b, const struct event *ev, const struct enrich_row *er)
 {
-	char ts[40];
 	const struct geo_result *g = &er->geo;
 	const struct ua_result *u = &er->ua;
 	struct batch_buf *c = &b->copy;
 	int rc = 0;
 
-	batch_format_ts(ev->ts, ts, sizeof(ts), month);
 	if (reserve(c, 2) < 0)
 		return -1;
 	put_be(c, BATCH_COPY_NCOLUMNS, 2);
-	rc |= bin_int(c, ev->id, 8);
-	rc |= ev->has_link_id ? bin_int(c, ev->link_id, 8) : bin_null(c);
-	rc |= bin_bytes(c, ev->code, ev->code_len);
+	rc |= batch_bin_int(c, ev->id, 8);
+	rc |= ev->has_link_id ? batch_bin_int(c, ev->link_id, 8) : bin_null(c);
+	rc |= batch_bin_bytes(c, ev->code, ev->code_len);
 	rc |= bin_str(c, er->client_id, 0);
 	rc |= bin_inet(c, g->addr, g->addr_len);
 	rc |= bin_ts(c, ev->ts);
-	rc |= bin_int(c, ev->status, 2);
-	rc |= ev->user_agent ? bin_bytes(c, ev->user_agent, ev->user_agent_len) : bin_null(c);
+	rc |= batch_bin_int(c, ev->status, 2);
+	rc |= ev->user_agent ? batch_bin_bytes(c, ev->user_agent, ev->user_agent_len) : bin_null(c);
 	rc |= bin_str(c, ev->referer, 0);
 	rc |= bin_str(c, er->referer_host, 1);
 	rc |= bin_str(c, ev->accept_language, 0);
@@ -443,7 +448,7 @@ put_row(struct batch *b, const struct event *ev, const struct enrich_row *er, in
 	rc |= bin_str(c, g->province, 1);
 	rc |= bin_str(c, g->city, 1);
 	rc |= bin_str(c, g->isp, 1);
-	rc |= g->asn >= 0 ? bin_int(c, g->asn, 8) : bin_null(c);
+	rc |= g->asn >= 0 ? batch_bin_int(c, g->asn, 8) : bin_null(c);
 	rc |= bin_str(c, u->browser.family, 1);
 	rc |= bin_str(c, er->browser_version, 1);
 	rc |= bin_str(c, u->os.family, 1);
@@ -452,14 +457,14 @@ put_row(struct batch *b, const struct event *ev, const struct enrich_row *er, in
 	rc |= bin_str(c, u->device.family, 1);
 	rc |= bin_str(c, u->device.brand, 1);
 	rc |= bin_str(c, u->device.model, 1);
-	rc |= bin_int(c, u->is_bot != 0, 1);
+	rc |= batch_bin_int(c, u->is_bot != 0, 1);
 	if (rc)
 		return -1;
-	return put_roll(&b->roll, ev, er, ts);
+	return put_roll(&b->roll, ev, er);
 }
 
 /* Typical sizes of one event's rows (a phone's visit: ~560 bytes of COPY
- * binary, ~190 of rollup text), for batch_prealloc. */
+ * binary, ~160 of rollup input), for batch_prealloc. */
 #define TYPICAL_COPY_ROW 640
 #define TYPICAL_ROLL_ROW 256
 
@@ -521,7 +526,6 @@ batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t offset
 	json_t *root = NULL;
 	char reason[256];
 	size_t mark = b->copy.len, rmark = b->roll.len;
-	int32_t month;
 	struct batch_row *row;
 
 	if (batch_set_offset(b, partition, offset + 1) < 0 || reserve_row(b) < 0)
@@ -537,7 +541,7 @@ batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t offset
 		json_decref(root);
 		return -1;
 	}
-	if (put_row(b, &ev, &er, &month) < 0 || add_month(b, month) < 0) {
+	if (put_row(b, &ev, &er) < 0 || add_month(b, month_of(ev.ts)) < 0) {
 		b->copy.len = mark;
 		b->roll.len = rmark;
 		json_decref(root);
@@ -546,6 +550,9 @@ batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t offset
 	row = &b->row[b->rows];
 	row->id = ev.id;
 	row->ts_us = ev.ts;
+	row->link_id = ev.link_id;
+	row->has_link = ev.has_link_id != 0;
+	row->is_bot = er.ua.is_bot != 0;
 	row->partition = partition;
 	row->copy_off = mark;
 	row->roll_off = rmark;

@@ -22,22 +22,23 @@ extern const char batch_copy_header[BATCH_COPY_HEADER_SIZE];
 extern const char batch_copy_trailer[2];
 
 /* The rollup input row of each visit (rollup.c reads them; one per row of
- * copy, in the same order), BATCH_ROLL_FIELDS fields: url_link_id (decimal
- * digits; NULL for an orphan visit), unique_code, client_id (40 hex digits),
- * visit_time ("YYYY-MM-DD HH:MM:SS.uuuuuu+00"), is_bot ("t" or "f"), then
- * the ten link_day_dim values of 0004_rollups.sql ('' when unknown), in
- * rollup.c's dimension order. Each field is a 2-byte little-endian length
- * and that many bytes, as they are (no escapes); length BATCH_ROLL_NULL is
- * NULL. */
-#define BATCH_ROLL_FIELDS 15
-#define BATCH_ROLL_NULL 0xFFFF
-#define BATCH_ROLL_MAX 0xFFFE /* longer values are cut (none comes close) */
+ * copy, in the same order; its link, time and bot flag are in its struct
+ * batch_row), BATCH_ROLL_FIELDS fields: unique_code, client_id (40 hex
+ * digits), then the ten link_day_dim values of 0004_rollups.sql ('' when
+ * unknown), in rollup.c's dimension order. Each field is a 2-byte
+ * little-endian length and that many bytes, as they are (no escapes). */
+#define BATCH_ROLL_FIELDS 12
+#define BATCH_ROLL_MAX 0xFFFF /* longer values are cut (none comes close) */
 
-/* Where one row lives in the two COPY buffers, and its key. */
+/* Where one row lives in the two buffers, its key and what its rollups
+ * group by. */
 struct batch_row {
 	int64_t id;                 /* visit_record.id */
 	int64_t ts_us;              /* visit_time, microseconds since the epoch */
+	int64_t link_id;            /* url_link_id, when has_link */
 	int32_t partition;          /* Kafka partition of the message */
+	uint8_t has_link;           /* 0: an orphan visit (url_link_id NULL) */
+	uint8_t is_bot;
 	size_t copy_off;            /* start of the row in copy (ends at the next row's) */
 	size_t roll_off;            /* start of the row in roll */
 };
@@ -101,8 +102,17 @@ int batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t of
 int batch_set_offset(struct batch *b, int32_t partition, int64_t next_offset);
 
 
-/* Appends one rollup input field (s NULL: NULL). Returns 0 or -1 (no memory). */
+/* Appends one rollup input field. Returns 0 or -1 (no memory). */
 int batch_put_roll_field(struct batch_buf *buf, const char *s, size_t len);
+
+/* Appenders to a growing buffer, each 0 or -1 (no memory): n bytes as they
+ * are; a bare big-endian integer of 'bytes' bytes; and fields of COPY's
+ * binary format: an integer (int8, int4 or date, int2, bool: 8, 4, 2, 1
+ * bytes) or bytes (text), each after its 32-bit length. */
+int batch_put(struct batch_buf *buf, const void *s, size_t n);
+int batch_put_be(struct batch_buf *buf, uint64_t v, int bytes);
+int batch_bin_int(struct batch_buf *buf, int64_t v, int bytes);
+int batch_bin_bytes(struct batch_buf *buf, const char *s, size_t len);
 
 /* Formats microseconds since the epoch as "YYYY-MM-DD HH:MM:SS.uuuuuu+00"
  * into out (at least 32 bytes); *month receives year * 12 + month - 1. */

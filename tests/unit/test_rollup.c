@@ -239,11 +239,31 @@ decode_output(const char *kind, const struct batch_buf *o, struct tuples *ts, co
 	    r.bad ? "overrun" : "bytes after the trailer");
 }
 
-/* Appends one roll row (15 plain fields, COPY-escaped here as batch.c does;
- * "\N" in the file: NULL) to b. */
+/* Microseconds since the epoch of "YYYY-MM-DD HH:MM:SS.uuuuuu+00" (UTC), or
+ * -1 when it is not that. */
+static int64_t
+parse_ts(const char *s)
+{
+	struct tm tm;
+	int us = 0, n = 0;
+
+	memset(&tm, 0, sizeof(tm));
+	if (sscanf(s, "%4d-%2d-%2d %2d:%2d:%2d.%6d+00%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+	    &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &us, &n) != 7 || s[n] != '\0')
+		return -1;
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	return (int64_t)timegm(&tm) * 1000000 + us;
+}
+
+/* Appends one visit as batch.c does: the link ("\N": an orphan), time and
+ * bot flag of a case's roll line into its struct batch_row, the other 12
+ * fields (escapes decoded) as its rollup input row. */
 static void
 add_roll(struct batch *b, char **f, int n, const char *where)
 {
+	struct batch_row *row;
+
 	CHECK(n == 15, "%s: a roll row needs 15 fields, has %d", where, n);
 	if (n != 15)
 		return;
@@ -251,14 +271,22 @@ add_roll(struct batch *b, char **f, int n, const char *where)
 		b->row_cap = b->row_cap ? 2 * b->row_cap : 16;
 		b->row = realloc(b->row, b->row_cap * sizeof(*b->row));
 	}
-	memset(&b->row[b->rows], 0, sizeof(b->row[0]));
-	b->row[b->rows++].roll_off = b->roll.len;
-	for (int i = 0; i < 15; i++) {
-		int null = strcmp(f[i], "\\N") == 0;
-		long len = null ? 0 : unit_unescape(f[i]);
+	row = &b->row[b->rows++];
+	memset(row, 0, sizeof(*row));
+	row->roll_off = b->roll.len;
+	row->has_link = strcmp(f[0], "\\N") != 0;
+	row->link_id = row->has_link ? strtoll(f[0], NULL, 10) : 0;
+	row->ts_us = parse_ts(f[3]);
+	CHECK(row->ts_us >= 0, "%s: bad visit_time %s", where, f[3]);
+	row->is_bot = strcmp(f[4], "t") == 0;
+	for (int i = 1; i < 15; i++) {
+		long len;
 
+		if (i == 3 || i == 4) /* time and bot flag: in the row */
+			continue;
+		len = unit_unescape(f[i]);
 		CHECK(len >= 0, "%s: bad escape in field %d", where, i + 1);
-		batch_put_roll_field(&b->roll, null ? NULL : f[i], len < 0 ? 0 : (size_t)len);
+		batch_put_roll_field(&b->roll, f[i], len < 0 ? 0 : (size_t)len);
 	}
 }
 
