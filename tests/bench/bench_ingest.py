@@ -22,6 +22,12 @@ popularity falls off as u^HEAD (u uniform): HEAD 2 puts 2.2% of the events on
 the hottest link, which keeps its partition under the dev broker's 5 MiB
 (HEAD 3 put 7.9% there and had to be keyed by event id).
 
+Before the rounds, bench_parse times jansson's json_loadb (and ingest's
+event_parse) over the same events on one thread; the line after the ratio sets
+that against ingest's CPU per event and against the CPU the 2 cores have per
+event at the 0.8 target (added in the sixteenth session: the parse alone is
+about half of what ingest spends per event).
+
 Knobs (environment): LP_BENCH_INGEST_KEY (code; id as before),
 LP_BENCH_INGEST_HEAD (2), LP_BENCH_INGEST_EVENTS (200000), LP_BENCH_INGEST_BATCH and
 LP_BENCH_INGEST_BATCH_MS (ingest's batch_max_events and batch_max_ms: 40000 and 500, its
@@ -30,8 +36,10 @@ log level; debug prints per-batch COPY / insert+rollup times),
 LP_BENCH_INGEST_PGOPTIONS (PGOPTIONS for ingest's sessions, e.g. auto_explain),
 LP_BENCH_INGEST_DEBUG=1 (print ingest's and PostgreSQL's logs at the end),
 LP_BENCH_INGEST_ROUNDS (3)."""
+import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -161,6 +169,24 @@ def raw_round(raw, dump, dump_bin, rows):
     return tuple(rates)
 
 
+def parse_cost(bin_dir, work, events):
+    """bench_parse over the events as the redirector writes them (compact
+    JSON): (json_loadb us, event_parse us) per event, or None."""
+    path = os.path.join(work, "events.jsonl")
+    with open(path, "w") as f:
+        for e in events:
+            f.write(json.dumps(e, separators=(",", ":")) + "\n")
+    r = subprocess.run([os.path.join(bin_dir, "bench_parse"), path, "3"],
+                       capture_output=True, text=True)
+    os.unlink(path)
+    m = re.match(r"bench_parse_us_per_event ([\d.]+) json_loadb ([\d.]+) event_parse", r.stdout)
+    if r.returncode != 0 or m is None:
+        print(f"bench_parse failed: {r.stdout.strip()} {r.stderr.strip()}", flush=True)
+        return None
+    print(r.stdout.strip(), flush=True)
+    return float(m.group(1)), float(m.group(2))
+
+
 def run(bin_dir, work):
     lpstack.BIN = bin_dir
     pg = lpstack.Postgres(os.path.join(work, "pg")).up()
@@ -183,6 +209,7 @@ def run(bin_dir, work):
                 key_field=KEY, compact=True)
         print(f"ingest_bench_events {len(events)} produced to 64 partitions in "
               f"{time.time() - t0:.1f} s", flush=True)
+        parse = parse_cost(bin_dir, work, events)
         raw = lpstack.Postgres(pg.datadir, port=pg.port)
         raw.dbname = "rawcopy"
         raw.create_db()
@@ -242,6 +269,16 @@ def run(bin_dir, work):
         print(f"ingest_cpu_us_per_event {cpu[0] * 1e6:.1f} ingest, {cpu[1] * 1e6:.1f} PostgreSQL  "
               f"(the best round's utime + stime from partition assignment to the last commit, "
               f"per row; {secs * 2e6 / rows:.1f} us of the 2 cores' time)", flush=True)
+        if parse is not None:
+            # At the target the two cores have 2 / (0.8 * raw rate) seconds of CPU
+            # per event for everything: ingest, PostgreSQL, the dev broker.
+            budget = 2e6 / (0.8 * rate_copy)
+            print(f"ingest_json_parse_us_per_event {parse[0]:.2f}  (jansson's json_loadb of "
+                  f"these events on one thread, {parse[1]:.2f} with ingest's validation: "
+                  f"{100 * parse[1] / (cpu[0] * 1e6):.0f}% of ingest's CPU per event in the "
+                  f"best round; at the 0.8 target the 2 cores have {budget:.1f} us per event "
+                  f"for ingest and PostgreSQL together, which used "
+                  f"{(cpu[0] + cpu[1]) * 1e6:.1f})", flush=True)
         rate_c = rows / (secs + t_compact)
         print(f"ingest_link_day_dim_compaction_s {t_compact:.2f}  ({batch_rows} batch rows "
               f"left by the last round; with it paid in that round: {rate_c:.0f}/s, ratio "
