@@ -23,6 +23,7 @@
 /* Connections loading at once, lane k for the partitions p % LANES == k
  * (the caller splits the batch so: builder.c). */
 #define LANES LOADER_LANES
+_Static_assert(LANES >= 2, "lane 0 loads on the loader's own connection, the others on peers");
 
 struct loader {
 	char *dsn, *group, *topic;
@@ -30,8 +31,8 @@ struct loader {
 	int hll;
 	char *insert_sql;          /* owned, built at connect */
 	struct rollup *roll;       /* owned: the current batch's rollups */
-	struct loader *peer;       /* owned: lane 1 (its own connection), or NULL in
-	                            * the peer itself */
+	struct loader *peer[LANES - 1]; /* owned: lanes 1.. (a connection each), or
+	                            * NULL in a peer itself */
 	int32_t *known_months;     /* months whose partition exists (this connection) */
 	int probe_batches;         /* batches still to probe for stored ids first
 	                            * (after a primary-key conflict); 0: optimistic */
@@ -748,33 +749,44 @@ lane_thread(void *arg)
 	return NULL;
 }
 
-/* Loads lanes[0] (partitions p % 2 == 0) here and lanes[1] (the others) on
- * the peer's connection at once, each in its own transaction with its own
- * partitions' offsets (so each half is exactly once by itself; when one
- * fails, the caller re-seeks to the stored offsets and only that half comes
- * again). */
+/* Loads lanes[0] (partitions p % LANES == 0) here and lanes[k] (p % LANES
+ * == k) on peer k's connection at once, each in its own transaction with its
+ * own partitions' offsets (so each lane is exactly once by itself; when one
+ * fails, the caller re-seeks to the stored offsets and only that lane's
+ * messages come again). */
 static int
 load_lanes(struct loader *l, struct batch *const *lanes, struct loader_result *res,
            char *errstr, size_t errstr_size)
 {
-	struct lane_job j1 = { l->peer, lanes[1], { 0, 0, 0 }, 0, "" };
-	pthread_t th;
-	int threaded = pthread_create(&th, NULL, lane_thread, &j1) == 0;
+	struct lane_job jobs[LANES - 1];
+	pthread_t th[LANES - 1];
+	int threaded[LANES - 1];
 	int rc;
 
-	if (!threaded)
-		lane_thread(&j1);
-	rc = load(l, lanes[0], res, errstr, errstr_size);
-	if (threaded)
-		pthread_join(th, NULL);
-	if (j1.rc < 0) {
-		if (rc == 0)
-			errstr_set(errstr, errstr_size, "%s", j1.err);
-		rc = -1;
+	for (int k = 1; k < LANES; k++) {
+		struct lane_job *j = &jobs[k - 1];
+
+		memset(j, 0, sizeof(*j));
+		j->l = l->peer[k - 1];
+		j->b = lanes[k];
+		if (!(threaded[k - 1] = pthread_create(&th[k - 1], NULL, lane_thread, j) == 0))
+			lane_thread(j);
 	}
-	res->inserted += j1.res.inserted;
-	res->duplicates += j1.res.duplicates;
-	res->rejects += j1.res.rejects;
+	rc = load(l, lanes[0], res, errstr, errstr_size);
+	for (int k = 1; k < LANES; k++) {
+		struct lane_job *j = &jobs[k - 1];
+
+		if (threaded[k - 1])
+			pthread_join(th[k - 1], NULL);
+		if (j->rc < 0) {
+			if (rc == 0)
+				errstr_set(errstr, errstr_size, "%s", j->err);
+			rc = -1;
+		}
+		res->inserted += j->res.inserted;
+		res->duplicates += j->res.duplicates;
+		res->rejects += j->res.rejects;
+	}
 	return rc;
 }
 
@@ -882,13 +894,14 @@ worker(void *arg)
 	return NULL;
 }
 
-/* Closes the connections and frees what l (and its peer) own; no thread. */
+/* Closes the connections and frees what l (and its peers) own; no thread. */
 static void
 loader_release(struct loader *l)
 {
 	if (l == NULL)
 		return;
-	loader_release(l->peer);
+	for (int k = 0; k < LANES - 1; k++)
+		loader_release(l->peer[k]);
 	drop_conn(l);
 	free(l->insert_sql);
 	rollup_free(l->roll);
@@ -899,7 +912,7 @@ loader_release(struct loader *l)
 	free(l);
 }
 
-/* A loader without a worker thread (the peer, or the base of loader_new). */
+/* A loader without a worker thread (a peer, or the base of loader_new). */
 static struct loader *
 loader_alloc(const char *dsn, const char *group, const char *topic)
 {
@@ -924,7 +937,11 @@ loader_new(const char *dsn, const char *group, const char *topic, char *errstr,
 {
 	struct loader *l = loader_alloc(dsn, group, topic);
 
-	if (l == NULL || (l->peer = loader_alloc(dsn, group, topic)) == NULL) {
+	int ok = l != NULL;
+
+	for (int k = 0; ok && k < LANES - 1; k++)
+		ok = (l->peer[k] = loader_alloc(dsn, group, topic)) != NULL;
+	if (!ok) {
 		loader_release(l);
 		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
