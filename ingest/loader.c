@@ -49,23 +49,17 @@ struct loader {
 	char job_err[512];
 };
 
-/* The rollups, from the temp table ingest_roll that holds exactly the rows
- * this batch inserted (batch.c computed the link_day_dim values as 0004's
- * comments define them, never NULL). link_day_dim is append-only (0007):
- * one GROUPING SETS pass makes one row per key and batch; readers sum. */
-#define DIM_NAME \
-	"CASE WHEN v1 IS NOT NULL THEN 'country' WHEN v2 IS NOT NULL THEN 'province' " \
-	"WHEN v3 IS NOT NULL THEN 'city' WHEN v4 IS NOT NULL THEN 'isp' " \
-	"WHEN v5 IS NOT NULL THEN 'browser' WHEN v6 IS NOT NULL THEN 'browser_version' " \
-	"WHEN v7 IS NOT NULL THEN 'os' WHEN v8 IS NOT NULL THEN 'device_type' " \
-	"WHEN v9 IS NOT NULL THEN 'referer_host' ELSE 'language' END"
-
 /* An upsert's SET adding the batch's counts to the row's (alias t). */
 #define ADD_COUNTS \
 	"visits = t.visits + EXCLUDED.visits, bot_visits = t.bot_visits + EXCLUDED.bot_visits," \
 	" first_visit = least(t.first_visit, EXCLUDED.first_visit)," \
 	" last_visit = greatest(t.last_visit, EXCLUDED.last_visit)"
 
+/* The rollup statement: from the batch's rows per link and hour (temporary
+ * ingest_hour, COPYed from rollup.c's aggregation; link_day_dim_batch rows
+ * are COPYed straight) and its orphan counts (ingest_orphan), the upserts
+ * of link_hour, link_day, link_total and orphan_day, each in key order so
+ * that the lanes' transactions never deadlock. */
 #define ROLLUP_SQL_FMT \
 	    "WITH hs AS MATERIALIZED (" \
 	    " SELECT url_link_id, hour, visits, bot_visits, first_visit, last_visit%1$s" \
