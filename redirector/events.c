@@ -320,10 +320,11 @@ is_ascii(const char *s, size_t n)
 }
 
 /* Sets string field i to at most fields[i].max bytes of s (NULL: null).
- * ASCII (nearly every header) skips jansson's UTF-8 check; other bytes get
- * it, and invalid UTF-8 (a bad header, or a character split by the
- * truncation) becomes '?' per non-ASCII byte so that a visit is never lost
- * to it. */
+ * A value equal to the node's current one is left in place (jansson would
+ * copy it again). ASCII (nearly every header) skips jansson's UTF-8 check;
+ * other bytes get it, and invalid UTF-8 (a bad header, or a character split
+ * by the truncation) becomes '?' per non-ASCII byte so that a visit is never
+ * lost to it. */
 static int
 set_str(struct local *l, int i, const char *s)
 {
@@ -336,7 +337,11 @@ set_str(struct local *l, int i, const char *s)
 		return 0;
 	}
 	n = strnlen(s, fields[i].max);
-	if (is_ascii(s, n) ? json_string_setn_nocheck(l->str[i], s, n) < 0 :
+	if (json_string_length(l->str[i]) == n &&
+	    memcmp(json_string_value(l->str[i]), s, n) == 0) {
+		/* the value the node holds (the host, a repeat visitor's
+		 * header, a hot link's code): no new copy */
+	} else if (is_ascii(s, n) ? json_string_setn_nocheck(l->str[i], s, n) < 0 :
 	    json_string_setn(l->str[i], s, n) < 0) {
 		char *copy = malloc(n + 1);
 
