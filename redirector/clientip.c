@@ -68,13 +68,31 @@ parse_addr(const char *s, size_t len, uint8_t out[16], int *is_v4)
 	return -1;
 }
 
+/* Dotted-quad text of b, as inet_ntop writes it (glibc's goes through
+ * sprintf, ~0.15 us of the ~10 us a redirect costs; this is done for every
+ * request). out holds at least 16 bytes. */
+static void
+v4_text(const uint8_t b[4], char *out)
+{
+	for (int i = 0; i < 4; i++) {
+		unsigned v = b[i];
+
+		if (v >= 100)
+			*out++ = (char)('0' + v / 100);
+		if (v >= 10)
+			*out++ = (char)('0' + v / 10 % 10);
+		*out++ = (char)('0' + v % 10);
+		*out++ = i < 3 ? '.' : '\0';
+	}
+}
+
 static void
 addr_text(const uint8_t a[16], char out[CLIENTIP_MAX])
 {
 	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 
 	if (memcmp(a, mapped, 12) == 0)
-		inet_ntop(AF_INET, a + 12, out, CLIENTIP_MAX);
+		v4_text(a + 12, out);
 	else
 		inet_ntop(AF_INET6, a, out, CLIENTIP_MAX);
 }

@@ -1,8 +1,10 @@
 /* test_clientip - X-Forwarded-For trust rules from tests/data/clientip_cases.txt,
- * plus the trusted_proxies parser's refusals. */
+ * plus the trusted_proxies parser's refusals and IPv4 text against inet_ntop. */
 #include "../../redirector/clientip.h"
 #include "unit.h"
 
+#include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +63,27 @@ main(void)
 		CHECK(c == NULL, "\"%s\" accepted as a CIDR", bad[i]);
 		CHECK(c != NULL || strstr(errstr, "trusted_proxies") != NULL, "error names the setting: %s",
 		    errstr);
+		clientip_free(c);
+	}
+	/* every octet value in every position (odd multipliers permute 0..255),
+	 * against inet_ntop */
+	{
+		struct clientip *c = clientip_new("", errstr, sizeof(errstr));
+		char text[INET_ADDRSTRLEN], want[INET_ADDRSTRLEN];
+		int wrong = 0;
+
+		CHECK(c != NULL, "%s", errstr);
+		for (int v = 0; c != NULL && v < 256; v++) {
+			unsigned char b[4] = { (unsigned char)v, (unsigned char)(255 - v),
+			    (unsigned char)(v * 7), (unsigned char)(v * 5 + 3) };
+
+			inet_ntop(AF_INET, b, want, sizeof(want));
+			snprintf(text, sizeof(text), "%u.%u.%u.%u", b[0], b[1], b[2], b[3]);
+			clientip_resolve_text(c, text, NULL, out);
+			wrong += strcmp(out, want) != 0;
+			CHECK(strcmp(out, want) == 0, "%s: expected %s, got %s", text, want, out);
+		}
+		CHECK(wrong == 0, "%d of 256 IPv4 addresses printed wrong", wrong);
 		clientip_free(c);
 	}
 	printf("%d XFF cases\n", cases);
