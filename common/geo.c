@@ -4,6 +4,7 @@
  * or from a caller's cache of records already decoded. */
 #include "geo.h"
 #include "errstr.h"
+#include "hash.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -484,21 +485,12 @@ geo_find_cached(const MMDB_s *m, struct geo_addr_rec *tab, size_t mask,
                 const struct geo_addr *a, MMDB_entry_s *entry, const char **err)
 {
 	size_t n = a->family == AF_INET ? 4 : 16;
-	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
 	struct geo_addr_rec *r;
 	int rc;
 
 	if (tab == NULL)
 		return geo_find(m, a, entry, err);
-	for (size_t i = 0; i < n; i += 4) {
-		uint32_t w32;
-
-		memcpy(&w32, a->b + i, 4);
-		w = w32;
-		h = (h ^ w) * 0xff51afd7ed558ccdULL;
-		h ^= h >> 32;
-	}
-	r = &tab[(size_t)(h >> 20) & mask];
+	r = &tab[(size_t)hash_bytes(a->b, n, 0) & mask];
 	if (r->used && r->v6 == (n == 16) && memcmp(r->b, a->b, n) == 0) {
 		if (!r->found)
 			return 0;

@@ -169,10 +169,10 @@ batch_bin_int(struct batch_buf *buf, int64_t v, int bytes)
 }
 
 /* timestamptz: microseconds since 2000-01-01 00:00:00 UTC. */
-static int
-bin_ts(struct batch_buf *buf, int64_t unix_us)
+int
+batch_bin_ts(struct batch_buf *buf, int64_t unix_us)
 {
-	return batch_bin_int(buf, unix_us - INT64_C(946684800000000), 8);
+	return batch_bin_int(buf, unix_us - BATCH_PG_EPOCH_US, 8);
 }
 
 /* inet (a host address, so cidr 0 and all bits) of nb address bytes, as
@@ -434,7 +434,7 @@ put_row(struct batch *b, const struct event *ev, const struct enrich_row *er)
 	rc |= batch_bin_bytes(c, ev->code, ev->code_len);
 	rc |= bin_str(c, er->client_id, 0);
 	rc |= bin_inet(c, g->addr, g->addr_len);
-	rc |= bin_ts(c, ev->ts);
+	rc |= batch_bin_ts(c, ev->ts);
 	rc |= batch_bin_int(c, ev->status, 2);
 	rc |= ev->user_agent ? batch_bin_bytes(c, ev->user_agent, ev->user_agent_len) : bin_null(c);
 	rc |= bin_str(c, ev->referer, 0);

@@ -18,6 +18,10 @@
 	"os_type, os_version, device_type, device_family, device_brand, device_model, is_bot"
 #define BATCH_COPY_NCOLUMNS 29
 #define BATCH_COPY_HEADER_SIZE 19
+/* PostgreSQL's epoch (2000-01-01 UTC) in microseconds since the Unix one:
+ * binary timestamps and dates count from it. */
+#define BATCH_PG_EPOCH_US INT64_C(946684800000000)
+
 extern const char batch_copy_header[BATCH_COPY_HEADER_SIZE];
 extern const char batch_copy_trailer[2];
 
@@ -101,7 +105,6 @@ int batch_add(struct batch *b, struct enricher *e, int32_t partition, int64_t of
 /* Records the next offset of partition without a message (e.g. skipping). */
 int batch_set_offset(struct batch *b, int32_t partition, int64_t next_offset);
 
-
 /* Appends one rollup input field. Returns 0 or -1 (no memory). */
 int batch_put_roll_field(struct batch_buf *buf, const char *s, size_t len);
 
@@ -113,6 +116,8 @@ int batch_put(struct batch_buf *buf, const void *s, size_t n);
 int batch_put_be(struct batch_buf *buf, uint64_t v, int bytes);
 int batch_bin_int(struct batch_buf *buf, int64_t v, int bytes);
 int batch_bin_bytes(struct batch_buf *buf, const char *s, size_t len);
+/* A timestamptz field of microseconds since the Unix epoch. */
+int batch_bin_ts(struct batch_buf *buf, int64_t unix_us);
 
 /* Formats microseconds since the epoch as "YYYY-MM-DD HH:MM:SS.uuuuuu+00"
  * into out (at least 32 bytes); *month receives year * 12 + month - 1. */

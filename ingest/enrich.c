@@ -3,6 +3,7 @@
 #include "enrich.h"
 
 #include "errstr.h"
+#include "hash.h"
 
 #include <curl/curl.h>
 #include <stdint.h>
@@ -122,17 +123,6 @@ lower_copy(char *out, size_t out_size, const char *s, size_t len)
 	out[i] = '\0';
 }
 
-/* FNV-1a of s[0..n): picks a referer slot. */
-static size_t
-ref_slot_of(const char *s, size_t n)
-{
-	uint32_t h = 2166136261u;
-
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ (unsigned char)s[i]) * 16777619u;
-	return h % REF_SLOTS;
-}
-
 /* The lower-case host of url by libcurl, "" when it has none. The handle is
  * cleared first: given a URL already, libcurl resolves a relative one ("not
  * a url", "://x/") against it, which gave such a referer the host of the
@@ -166,7 +156,7 @@ enrich_referer_host(struct enricher *e, const char *url, char *out, size_t out_s
 		parse_host(e, url, out, out_size);
 		return;
 	}
-	s = &e->ref[ref_slot_of(url, n)];
+	s = &e->ref[hash_bytes(url, n, 0) % REF_SLOTS];
 	if (s->len != n || memcmp(s->url, url, n) != 0) {
 		parse_host(e, url, s->host, sizeof(s->host));
 		memcpy(s->url, url, n);

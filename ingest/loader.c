@@ -424,16 +424,15 @@ find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, int 
 	}
 	qsort(k, n, sizeof(*k), cmp_row_key);
 	for (size_t j = 0; j < n; j++)
-		keep[k[j].i] = j == 0 || cmp_key(&k[j - 1], &k[j]) != 0;
-	if (!probe || (ids = malloc(cap)) == NULL) {
+		kept += keep[k[j].i] = j == 0 || cmp_key(&k[j - 1], &k[j]) != 0;
+	if (!probe) {
 		free(k);
-		if (probe) {
-			errstr_set(errstr, errstr_size, "out of memory");
-			return -1;
-		}
-		for (size_t i = 0; i < b->rows; i++)
-			kept += keep[i];
 		return kept;
+	}
+	if ((ids = malloc(cap)) == NULL) {
+		free(k);
+		errstr_set(errstr, errstr_size, "out of memory");
+		return -1;
 	}
 	ids[0] = '{';
 	for (size_t j = 0; j < n; j++)
@@ -467,13 +466,13 @@ find_new_rows(struct loader *l, const struct batch *b, unsigned char *keep, int 
 			else
 				hi_i = mid;
 		}
-		for (; lo_i < n && cmp_key(&k[lo_i], &key) == 0; lo_i++)
+		for (; lo_i < n && cmp_key(&k[lo_i], &key) == 0; lo_i++) {
+			kept -= keep[k[lo_i].i];
 			keep[k[lo_i].i] = 0;
+		}
 	}
 	PQclear(r);
 	free(k);
-	for (size_t i = 0; i < b->rows; i++)
-		kept += keep[i];
 	return kept;
 }
 
@@ -930,7 +929,6 @@ loader_new(const char *dsn, const char *group, const char *topic, char *errstr,
            size_t errstr_size)
 {
 	struct loader *l = loader_alloc(dsn, group, topic);
-
 	int ok = l != NULL;
 
 	for (int k = 0; ok && k < LANES - 1; k++)

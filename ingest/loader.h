@@ -1,8 +1,8 @@
 /* loader.h - loads batches into PostgreSQL, one transaction per lane: month
  * partitions, COPY of the new rows into visit_record (after a probe for ids
  * already stored only once a batch met one), the rollups of those rows,
- * rejects and the partitions' next offsets. A worker thread runs one load at a time so the caller can build
- * the next batch meanwhile. */
+ * rejects and the partitions' next offsets. A worker thread runs one load at
+ * a time so the caller can build the next batch meanwhile. */
 #ifndef LP_INGEST_LOADER_H
 #define LP_INGEST_LOADER_H
 

@@ -4,6 +4,7 @@
  * COPY's binary format (arrays too: no array_in parsing in PostgreSQL) so
  * PostgreSQL receives few, aggregated rows. */
 #include "rollup.h"
+#include "hash.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,7 +16,6 @@
 #define F_VALUE 2  /* the first of the NVALUES link_day_dim values */
 #define CLIENT_LEN (DIGEST_SHA1_HEX_SIZE - 1)
 #define US_PER_HOUR INT64_C(3600000000)
-#define PG_EPOCH_US INT64_C(946684800000000) /* 2000-01-01, PostgreSQL's epoch */
 #define TEXTOID 25
 #define INT8OID 20
 
@@ -60,30 +60,6 @@ struct rollup {
 	struct rtab orphans;      /* the batch's orphan visits by code and day */
 	struct batch_buf out_dims, out_hours, out_orphans;
 };
-
-/* A key's hash, 8 bytes at a time (a multiply and a shift per word). */
-static uint64_t
-hash_bytes(const char *s, size_t n, uint64_t seed)
-{
-	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n ^ seed, w;
-	size_t i = 0;
-
-	for (; i + 8 <= n; i += 8) {
-		memcpy(&w, s + i, 8);
-		h = (h ^ w) * 0xff51afd7ed558ccdULL;
-		h ^= h >> 32;
-	}
-	if (i < n) {
-		w = 0;
-		memcpy(&w, s + i, n - i);
-		h = (h ^ w) * 0xff51afd7ed558ccdULL;
-		h ^= h >> 32;
-	}
-	h ^= h >> 33; /* spread the high bits into the low ones used as the slot */
-	h *= 0xc4ceb9fe1a85ec53ULL;
-	h ^= h >> 33;
-	return h;
-}
 
 /* Starts a new run: every slot of t becomes free. */
 static void
@@ -255,14 +231,7 @@ array_head(struct batch_buf *o, uint32_t oid, size_t n)
 static int
 bin_day(struct batch_buf *o, int64_t unix_day)
 {
-	return batch_bin_int(o, unix_day - PG_EPOCH_US / (24 * US_PER_HOUR), 4);
-}
-
-/* A timestamptz field of microseconds since the epoch. */
-static int
-bin_ts(struct batch_buf *o, int64_t unix_us)
-{
-	return batch_bin_int(o, unix_us - PG_EPOCH_US, 8);
+	return batch_bin_int(o, unix_day - BATCH_PG_EPOCH_US / (24 * US_PER_HOUR), 4);
 }
 
 /* One link_day_dim_batch row (ROLLUP_DAY_DIM_COLUMNS, binary). */
@@ -303,8 +272,8 @@ static int
 emit_hour(struct batch_buf *o, const struct hour_acc *a, const struct rtab *seen)
 {
 	int rc = batch_put_be(o, 7, 2) | batch_bin_int(o, a->link, 8) |
-	    bin_ts(o, a->hour * US_PER_HOUR) | batch_bin_int(o, a->n, 8) |
-	    batch_bin_int(o, a->nbot, 8) | bin_ts(o, a->first) | bin_ts(o, a->last);
+	    batch_bin_ts(o, a->hour * US_PER_HOUR) | batch_bin_int(o, a->n, 8) |
+	    batch_bin_int(o, a->nbot, 8) | batch_bin_ts(o, a->first) | batch_bin_ts(o, a->last);
 	size_t at = field_begin(o, &rc);
 
 	rc |= array_head(o, TEXTOID, seen->n);

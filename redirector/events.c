@@ -329,6 +329,7 @@ static int
 set_str(struct local *l, int i, const char *s)
 {
 	size_t n;
+	int same; /* the node holds s already: no new copy */
 
 	if (s == NULL) {
 		if (l->present[i] && json_object_set_new(l->obj, fields[i].key, json_null()) < 0)
@@ -337,12 +338,10 @@ set_str(struct local *l, int i, const char *s)
 		return 0;
 	}
 	n = strnlen(s, fields[i].max);
-	if (json_string_length(l->str[i]) == n &&
-	    memcmp(json_string_value(l->str[i]), s, n) == 0) {
-		/* the value the node holds (the host, a repeat visitor's
-		 * header, a hot link's code): no new copy */
-	} else if (is_ascii(s, n) ? json_string_setn_nocheck(l->str[i], s, n) < 0 :
-	    json_string_setn(l->str[i], s, n) < 0) {
+	same = json_string_length(l->str[i]) == n &&
+	    memcmp(json_string_value(l->str[i]), s, n) == 0;
+	if (!same && (is_ascii(s, n) ? json_string_setn_nocheck(l->str[i], s, n) < 0 :
+	    json_string_setn(l->str[i], s, n) < 0)) {
 		char *copy = malloc(n + 1);
 
 		if (copy == NULL)
