@@ -252,7 +252,8 @@ loader_connect(struct loader *l, char *errstr, size_t errstr_size)
 	}
 	if (exec_ok(l, "CREATE TEMP TABLE ingest_hour (url_link_id bigint, hour timestamptz,"
 	    " visits bigint, bot_visits bigint, first_visit timestamptz, last_visit timestamptz,"
-	    " clients text[]) ON COMMIT DELETE ROWS; CREATE TEMP TABLE ingest_orphan (unique_code"
+	    " clients text[]) ON COMMIT DELETE ROWS; ALTER TABLE ingest_hour ALTER COLUMN clients"
+	    " SET STORAGE EXTERNAL; CREATE TEMP TABLE ingest_orphan (unique_code"
 	    " text, day date, visits bigint, bot_visits bigint) ON COMMIT DELETE ROWS",
 	    errstr, errstr_size) < 0)
 		goto fail;
