@@ -249,6 +249,15 @@ def assert_rollups(pg):
         have_link = ("SELECT url_link_id, hll_cardinality(hll_union_agg(visitors))::bigint "
                      "FROM link_day GROUP BY 1 HAVING sum(visits) > 0")
         assert same(exp_link, have_link)
+        # the sketches are the ones the column comments promise (hll_hash_text of
+        # client_id), so an analyst's own sketches over visit_record union with them
+        for table, key in (("link_hour", "date_trunc('hour', v.visit_time AT TIME ZONE 'UTC')"
+                            " = t.hour AT TIME ZONE 'UTC'"),
+                           ("link_day", "(v.visit_time AT TIME ZONE 'UTC')::date = t.day")):
+            differ = pg.psql(f"SELECT count(*) FROM {table} t WHERE visits > 0 AND visitors <> "
+                             "(SELECT hll_add_agg(hll_hash_text(v.client_id)) FROM visit_record v "
+                             f"WHERE v.url_link_id = t.url_link_id AND {key} AND NOT v.is_bot)")
+            assert differ == "0", f"{table}: {differ} sketches differ from SQL over visit_record"
     else:
         have_uniq = ("SELECT url_link_id, hour AT TIME ZONE 'UTC', count(*) "
                      "FROM link_hour_visitor GROUP BY 1, 2")
