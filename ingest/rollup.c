@@ -16,13 +16,19 @@
 #define F_VALUE 2  /* the first of the NVALUES link_day_dim values */
 #define CLIENT_LEN (DIGEST_SHA1_HEX_SIZE - 1)
 #define US_PER_HOUR INT64_C(3600000000)
+#define US_PER_DAY (24 * US_PER_HOUR)
 #define TEXTOID 25
 #define INT8OID 20
 
-static const char *const dim_names[NVALUES] = {
-	"country", "province", "city", "isp", "browser", "browser_version", "os",
-	"device_type", "referer_host", "language"
+/* The link_day_dim dimension of each value, with its length (written once
+ * per distinct value of every link-day). */
+#define DIM(s) { s, sizeof(s) - 1 }
+static const struct { const char *s; size_t n; } dim_names[NVALUES] = {
+	DIM("country"), DIM("province"), DIM("city"), DIM("isp"), DIM("browser"),
+	DIM("browser_version"), DIM("os"), DIM("device_type"), DIM("referer_host"),
+	DIM("language")
 };
+#undef DIM
 
 /* One kept row with a link, as sorted: by link, then hour, then position. */
 struct rref {
@@ -231,7 +237,7 @@ array_head(struct batch_buf *o, uint32_t oid, size_t n)
 static int
 bin_day(struct batch_buf *o, int64_t unix_day)
 {
-	return batch_bin_int(o, unix_day - BATCH_PG_EPOCH_US / (24 * US_PER_HOUR), 4);
+	return batch_bin_int(o, unix_day - BATCH_PG_EPOCH_US / US_PER_DAY, 4);
 }
 
 /* One link_day_dim_batch row (ROLLUP_DAY_DIM_COLUMNS, binary). */
@@ -248,7 +254,7 @@ emit_group(struct batch_buf *o, const struct rtab *t, int64_t link, int64_t day,
 		for (size_t k = 0; k < t->n; k++) {
 			const struct rent *e = &t->e[k];
 			if (pass == 0)
-				rc |= batch_bin_bytes(o, dim_names[e->tag], strlen(dim_names[e->tag]));
+				rc |= batch_bin_bytes(o, dim_names[e->tag].s, dim_names[e->tag].n);
 			else if (pass == 1)
 				rc |= batch_bin_bytes(o, e->v, e->vlen);
 			else
@@ -301,7 +307,7 @@ collect(struct rollup *r, const struct batch *b, const unsigned char *keep)
 
 			if (split_row(b, i, f, fl) < 0)
 				continue; /* cannot happen: batch.c writes these rows */
-			e = rtab_get(&r->orphans, row->ts_us / (24 * US_PER_HOUR), f[F_CODE],
+			e = rtab_get(&r->orphans, row->ts_us / US_PER_DAY, f[F_CODE],
 			    fl[F_CODE]);
 			if (e == NULL)
 				return -1;
