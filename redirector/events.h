@@ -47,7 +47,7 @@ struct events_stats {
 	uint64_t spool_dropped; /* lost because the spool hit spool_max_bytes */
 	uint64_t spool_bytes;   /* bytes in the spool now */
 	uint64_t queued;        /* messages in librdkafka's queue now */
-	uint64_t pending;       /* visits handed over, not yet encoded and produced */
+	uint64_t pending;       /* visits copied, not yet encoded and produced */
 	int connected;          /* 1 while a broker answers */
 };
 
@@ -61,11 +61,12 @@ struct events *events_new(const struct events_conf *conf, char *errstr, size_t e
  * undelivered to the spool, fsyncs it and frees everything. */
 void events_close(struct events *ev);
 
-/* Publishes one visit (key = code) and returns its event id. Never waits:
- * the visit's fields are copied and handed to the encoder thread, which
- * makes the JSON and produces it (key = code); past 200,000 visits waiting
- * there the calling thread does that itself. When librdkafka's queue is full
- * the event goes straight to the spool. Thread-safe. */
+/* Publishes one visit (key = code) and returns its event id. Never waits
+ * on anything: the visit's fields are copied into the calling thread's list,
+ * and every 64th call the thread makes the JSON of its list and produces it
+ * (key = code); the encoder thread does that for a thread whose list has
+ * waited 5 ms (it went quiet) or that exited. When librdkafka's queue is
+ * full the event goes straight to the spool. Thread-safe. */
 uint64_t events_publish(struct events *ev, const struct events_visit *v);
 
 /* 1 while the producer reaches a broker (checked every second). */

@@ -120,8 +120,8 @@ main(int argc, char **argv)
 	printf("events %ld delivered %llu failed %llu spooled %llu in %.2f s\n", n,
 	    (unsigned long long)st.delivered, (unsigned long long)st.failed,
 	    (unsigned long long)st.spooled, wall);
-	printf("events_publish_cpu_us %.3f  (the calls, on the publishing threads: the hand-over "
-	    "to the encoder, or all of the work once 200,000 wait)\n", pub * 1e6 / n);
+	printf("events_publish_cpu_us %.3f  (the calls, on the publishing threads: the copy, and "
+	    "every 64th call the encoding of the thread's 64)\n", pub * 1e6 / n);
 	printf("events_process_cpu_us %.3f  (every thread, until all delivered)\n", cpu * 1e6 / n);
 	events_close(ev);
 	rmdir(spool);
