@@ -200,6 +200,19 @@ def test_orphan_produces_event(red):
     assert ev["host"] == f"127.0.0.1:{red.port}" and ev["ip"] == "127.0.0.1"
 
 
+def test_lone_visit_is_produced_while_running(red):
+    """Request threads encode their visits 64 at a time; a visit with none
+    after it on its thread is taken by the encoder thread once it has waited
+    5 ms, so it reaches the topic within the linger (200 ms) and ~21 ms while
+    the redirector runs, not at shutdown."""
+    r = red.get("/lone42")
+    assert r.status_code == 404
+    t0 = time.time()
+    (key, ev), = read_events(red.broker, 1, timeout=5)
+    assert key == "lone42" and ev["code"] == "lone42"
+    assert red.proc.alive() and time.time() - t0 < 5
+
+
 def test_events_match_schema(red):
     with open(SCHEMA) as f:
         schema = json.load(f)
