@@ -460,7 +460,7 @@ struct pending {
  * time: the copies are still in its core's cache, and jansson's and
  * librdkafka's code and data stay hot for the run. Handing every visit to one
  * encoder thread instead (thirteenth to seventeenth sessions) moved each copy
- * to the other core and cost ~5% more CPU per request (interleaved wrk runs,
+ * to the other core and cost 2-5% more CPU per request (interleaved wrk runs,
  * eighteenth session). */
 #define LOCAL_BATCH 64
 /* The encoder thread takes the visits of a thread that has not taken its
