@@ -384,7 +384,7 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		{ METRICS_GAUGE, "linkpulse_redirector_kafka_connected",
 		  "1 while the producer reaches a Kafka broker." },
 		{ METRICS_GAUGE, "linkpulse_redirector_events_pending",
-		  "Visits handed over by request threads and not yet encoded and produced." },
+		  "Visits copied by request threads and not yet encoded and produced." },
 		{ METRICS_COUNTER, "linkpulse_redirector_cache_hits_total",
 		  "Redirect lookups answered by the in-process link cache." },
 		{ METRICS_COUNTER, "linkpulse_redirector_cache_misses_total",
