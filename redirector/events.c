@@ -203,6 +203,46 @@ visit_str(const struct events_visit *v, int i)
 	return (const char **)(void *)((char *)(uintptr_t)v + fields[i].off);
 }
 
+/* A visit waiting to be encoded: a copy whose strings (cut to the schema's
+ * limits) point into data. One allocation. */
+struct pending {
+	struct pending *next;
+	uint64_t id;
+	struct events_visit v;
+	char data[];
+};
+
+/* Pushes the chain first..last (newest first) onto the list at head. */
+static void
+list_push(_Atomic(struct pending *) *head, struct pending *first, struct pending *last)
+{
+	last->next = atomic_load_explicit(head, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(head, &last->next, first,
+	    memory_order_release, memory_order_relaxed))
+		;
+}
+
+/* The last visit of a non-empty list into *tail (NULL for an empty one);
+ * returns the list's length. */
+static long
+list_tail(struct pending *p, struct pending **tail)
+{
+	long n = 0;
+
+	*tail = NULL;
+	for (; p != NULL; p = p->next, n++)
+		*tail = p;
+	return n;
+}
+
+/* Moves the n visits head..tail (newest first) into the inbox. */
+static void
+inbox_push_list(struct events *ev, struct pending *head, struct pending *tail, long n)
+{
+	atomic_fetch_add(&ev->inbox_len, n);
+	list_push(&ev->inbox, head, tail);
+}
+
 /* Per request thread: one event object reused for every visit (its value
  * nodes are updated in place, so a visit allocates only the copies of its
  * strings), the buffer it is dumped into, the thread's visits not yet
@@ -227,8 +267,6 @@ struct local {
 	struct events *ev;
 	struct local *prev, *next;
 };
-
-static void inbox_push_list(struct events *ev, struct pending *head);
 
 static void
 local_free(struct local *l)
@@ -255,7 +293,13 @@ local_exit(void *arg)
 
 	pthread_mutex_lock(&ev->locals_mtx);
 	/* visits this thread did not encode: to the encoder thread */
-	inbox_push_list(ev, atomic_exchange(&l->waiting, NULL));
+	{
+		struct pending *head = atomic_exchange(&l->waiting, NULL), *tail;
+		long n = list_tail(head, &tail);
+
+		if (head != NULL)
+			inbox_push_list(ev, head, tail, n);
+	}
 	ev->retired_events += atomic_load(&l->events);
 	ev->retired_produced += atomic_load(&l->produced);
 	if (l->prev)
@@ -415,11 +459,12 @@ event_json(struct local *l, const struct events_visit *v, uint64_t id)
 	return n <= l->cap ? n : 0;
 }
 
-/* Encodes one visit and hands it to librdkafka (or the spool). */
+/* Encodes one visit with l, the calling thread's state (NULL when it could
+ * not be made: the visit is logged as lost), and hands it to librdkafka (or
+ * the spool). */
 static void
-publish_now(struct events *ev, const struct events_visit *v, uint64_t id)
+publish_now(struct events *ev, struct local *l, const struct events_visit *v, uint64_t id)
 {
-	struct local *l = local_get(ev);
 	size_t n, klen = strlen(v->code);
 	rd_kafka_resp_err_t err;
 
@@ -446,15 +491,6 @@ publish_now(struct events *ev, const struct events_visit *v, uint64_t id)
 		fail_log(ev, "producer refused an event", rd_kafka_err2str(err));
 	}
 }
-
-/* A visit waiting to be encoded: a copy whose strings (cut to the schema's
- * limits) point into data. One allocation. */
-struct pending {
-	struct pending *next;
-	uint64_t id;
-	struct events_visit v;
-	char data[];
-};
 
 /* A request thread encodes and produces its visits itself, this many at a
  * time: the copies are still in its core's cache, and jansson's and
@@ -500,34 +536,18 @@ pending_new(const struct events_visit *v, uint64_t id)
 	return p;
 }
 
-/* Pushes p onto the list at head (newest first). */
-static void
-list_push(_Atomic(struct pending *) *head, struct pending *p)
-{
-	p->next = atomic_load_explicit(head, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(head, &p->next, p, memory_order_release,
-	    memory_order_relaxed))
-		;
-}
-
-/* Length of a list. */
-static long
-list_len(const struct pending *p)
-{
-	long n = 0;
-
-	for (; p != NULL; p = p->next)
-		n++;
-	return n;
-}
-
 /* Encodes, produces and frees a list taken whole (newest first), oldest
- * first. Returns how many. */
+ * first, on the calling thread. Returns how many. */
 static long
 publish_list(struct events *ev, struct pending *p)
 {
 	struct pending *rev = NULL, *next;
+	struct local *l;
 	long n = 0;
+
+	if (p == NULL)
+		return 0;
+	l = local_get(ev);
 
 	for (; p != NULL; p = next) {
 		next = p->next;
@@ -536,29 +556,11 @@ publish_list(struct events *ev, struct pending *p)
 	}
 	for (p = rev; p != NULL; p = next) {
 		next = p->next;
-		publish_now(ev, &p->v, p->id);
+		publish_now(ev, l, &p->v, p->id);
 		free(p);
 		n++;
 	}
 	return n;
-}
-
-/* Moves a whole list (newest first) into the inbox; locals_mtx held or not. */
-static void
-inbox_push_list(struct events *ev, struct pending *head)
-{
-	struct pending *tail = head;
-	long n = 1;
-
-	if (head == NULL)
-		return;
-	for (; tail->next != NULL; tail = tail->next)
-		n++;
-	atomic_fetch_add(&ev->inbox_len, n);
-	tail->next = atomic_load_explicit(&ev->inbox, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(&ev->inbox, &tail->next, head,
-	    memory_order_release, memory_order_relaxed))
-		;
 }
 
 /* Publishes everything in the inbox. Returns how many. */
@@ -582,7 +584,6 @@ sweep_locals(struct events *ev, int all)
 	pthread_mutex_lock(&ev->locals_mtx);
 	for (struct local *l = ev->locals; l != NULL; l = l->next) {
 		struct pending *p, *tail;
-		long n;
 
 		if (atomic_load_explicit(&l->waiting, memory_order_relaxed) == NULL ||
 		    (!all && now - atomic_load_explicit(&l->flushed_ms, memory_order_relaxed) <
@@ -590,10 +591,7 @@ sweep_locals(struct events *ev, int all)
 			continue;
 		if ((p = atomic_exchange(&l->waiting, NULL)) == NULL)
 			continue;
-		n = list_len(p);
-		atomic_fetch_sub(&l->nwaiting, n);
-		for (tail = p; tail->next != NULL; tail = tail->next)
-			;
+		atomic_fetch_sub(&l->nwaiting, list_tail(p, &tail));
 		tail->next = taken;  /* each thread's visits stay in order */
 		taken = p;
 	}
@@ -632,18 +630,19 @@ events_publish(struct events *ev, const struct events_visit *v)
 	struct local *l;
 	struct pending *p;
 
-	if (!ev->encoding || (l = local_get(ev)) == NULL || (p = pending_new(v, id)) == NULL) {
-		publish_now(ev, v, id);
+	l = local_get(ev);
+	if (!ev->encoding || l == NULL || (p = pending_new(v, id)) == NULL) {
+		publish_now(ev, l, v, id);
 		return id;
 	}
-	list_push(&l->waiting, p);
+	list_push(&l->waiting, p, p);
 	atomic_fetch_add_explicit(&l->nwaiting, 1, memory_order_relaxed);
 	if (++l->batched >= LOCAL_BATCH) {
 		l->batched = 0;
 		atomic_store_explicit(&l->flushed_ms, mono_ms(), memory_order_relaxed);
-		p = atomic_exchange(&l->waiting, NULL);
-		atomic_fetch_sub_explicit(&l->nwaiting, list_len(p), memory_order_relaxed);
-		publish_list(ev, p);
+		/* counted as waiting until encoded and produced */
+		atomic_fetch_sub_explicit(&l->nwaiting,
+		    publish_list(ev, atomic_exchange(&l->waiting, NULL)), memory_order_relaxed);
 	}
 	return id;
 }
