@@ -263,7 +263,6 @@ struct local {
 	                            * or the encoder thread */
 	atomic_long nwaiting;       /* how many */
 	_Atomic long long flushed_ms; /* when this thread last took its list */
-	int batched;                /* this thread only: visits since then */
 	struct events *ev;
 	struct local *prev, *next;
 };
@@ -492,6 +491,16 @@ publish_now(struct events *ev, struct local *l, const struct events_visit *v, ui
 	}
 }
 
+size_t
+events_encode(struct events *ev, const struct events_visit *v, uint64_t id, const char **out)
+{
+	struct local *l = local_get(ev);
+	size_t n = l != NULL ? event_json(l, v, id) : 0;
+
+	*out = n > 0 ? l->buf : NULL;
+	return n;
+}
+
 /* A request thread encodes and produces its visits itself, this many at a
  * time: the copies are still in its core's cache, and jansson's and
  * librdkafka's code and data stay hot for the run. Handing every visit to one
@@ -537,17 +546,13 @@ pending_new(const struct events_visit *v, uint64_t id)
 }
 
 /* Encodes, produces and frees a list taken whole (newest first), oldest
- * first, on the calling thread. Returns how many. */
+ * first, with l, the calling thread's state (see publish_now). Returns how
+ * many. */
 static long
-publish_list(struct events *ev, struct pending *p)
+publish_list(struct events *ev, struct local *l, struct pending *p)
 {
 	struct pending *rev = NULL, *next;
-	struct local *l;
 	long n = 0;
-
-	if (p == NULL)
-		return 0;
-	l = local_get(ev);
 
 	for (; p != NULL; p = next) {
 		next = p->next;
@@ -567,7 +572,8 @@ publish_list(struct events *ev, struct pending *p)
 static long
 drain_inbox(struct events *ev)
 {
-	long n = publish_list(ev, atomic_exchange(&ev->inbox, NULL));
+	struct pending *p = atomic_exchange(&ev->inbox, NULL);
+	long n = p != NULL ? publish_list(ev, local_get(ev), p) : 0;
 
 	atomic_fetch_sub(&ev->inbox_len, n);
 	return n;
@@ -596,7 +602,15 @@ sweep_locals(struct events *ev, int all)
 		taken = p;
 	}
 	pthread_mutex_unlock(&ev->locals_mtx);
-	return publish_list(ev, taken);
+	return taken != NULL ? publish_list(ev, local_get(ev), taken) : 0;
+}
+
+/* Publishes every visit not yet encoded, of every thread. */
+static void
+publish_all(struct events *ev)
+{
+	sweep_locals(ev, 1);
+	drain_inbox(ev);
 }
 
 /* The encoder thread: publishes the visits of threads that went quiet and of
@@ -618,8 +632,7 @@ encoder_main(void *arg)
 		ts.tv_nsec = nap_ns;
 		nanosleep(&ts, NULL);
 	}
-	sweep_locals(ev, 1);
-	drain_inbox(ev);
+	publish_all(ev);
 	return NULL;
 }
 
@@ -636,13 +649,11 @@ events_publish(struct events *ev, const struct events_visit *v)
 		return id;
 	}
 	list_push(&l->waiting, p, p);
-	atomic_fetch_add_explicit(&l->nwaiting, 1, memory_order_relaxed);
-	if (++l->batched >= LOCAL_BATCH) {
-		l->batched = 0;
+	if (atomic_fetch_add_explicit(&l->nwaiting, 1, memory_order_relaxed) + 1 >= LOCAL_BATCH) {
 		atomic_store_explicit(&l->flushed_ms, mono_ms(), memory_order_relaxed);
 		/* counted as waiting until encoded and produced */
 		atomic_fetch_sub_explicit(&l->nwaiting,
-		    publish_list(ev, atomic_exchange(&l->waiting, NULL)), memory_order_relaxed);
+		    publish_list(ev, l, atomic_exchange(&l->waiting, NULL)), memory_order_relaxed);
 	}
 	return id;
 }
@@ -831,8 +842,7 @@ events_close(struct events *ev)
 	if (ev->encoding) {
 		pthread_join(ev->encoder, NULL);
 		ev->encoding = 0;
-		sweep_locals(ev, 1);  /* a request thread still running would have added */
-		drain_inbox(ev);
+		publish_all(ev);  /* a request thread still running would have added */
 	}
 	if (ev->threads >= 2)
 		pthread_join(ev->monitor, NULL);
