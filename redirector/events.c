@@ -235,10 +235,15 @@ list_tail(struct pending *p, struct pending **tail)
 	return n;
 }
 
-/* Moves the n visits head..tail (newest first) into the inbox. */
+/* Moves a whole list (newest first; NULL: nothing) into the inbox. */
 static void
-inbox_push_list(struct events *ev, struct pending *head, struct pending *tail, long n)
+inbox_push_list(struct events *ev, struct pending *head)
 {
+	struct pending *tail;
+	long n = list_tail(head, &tail);
+
+	if (head == NULL)
+		return;
 	atomic_fetch_add(&ev->inbox_len, n);
 	list_push(&ev->inbox, head, tail);
 }
@@ -292,13 +297,7 @@ local_exit(void *arg)
 
 	pthread_mutex_lock(&ev->locals_mtx);
 	/* visits this thread did not encode: to the encoder thread */
-	{
-		struct pending *head = atomic_exchange(&l->waiting, NULL), *tail;
-		long n = list_tail(head, &tail);
-
-		if (head != NULL)
-			inbox_push_list(ev, head, tail, n);
-	}
+	inbox_push_list(ev, atomic_exchange(&l->waiting, NULL));
 	ev->retired_events += atomic_load(&l->events);
 	ev->retired_produced += atomic_load(&l->produced);
 	if (l->prev)
@@ -568,12 +567,20 @@ publish_list(struct events *ev, struct local *l, struct pending *p)
 	return n;
 }
 
+/* publish_list of a list taken off the request threads, on the calling
+ * thread (the encoder, or the one closing); NULL: nothing. */
+static long
+publish_taken(struct events *ev, struct pending *p)
+{
+	return p != NULL ? publish_list(ev, local_get(ev), p) : 0;
+}
+
 /* Publishes everything in the inbox. Returns how many. */
 static long
 drain_inbox(struct events *ev)
 {
 	struct pending *p = atomic_exchange(&ev->inbox, NULL);
-	long n = p != NULL ? publish_list(ev, local_get(ev), p) : 0;
+	long n = publish_taken(ev, p);
 
 	atomic_fetch_sub(&ev->inbox_len, n);
 	return n;
@@ -602,7 +609,7 @@ sweep_locals(struct events *ev, int all)
 		taken = p;
 	}
 	pthread_mutex_unlock(&ev->locals_mtx);
-	return taken != NULL ? publish_list(ev, local_get(ev), taken) : 0;
+	return publish_taken(ev, taken);
 }
 
 /* Publishes every visit not yet encoded, of every thread. */
