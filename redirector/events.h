@@ -40,13 +40,17 @@ struct events_visit {
 struct events_stats {
 	uint64_t events;        /* visit events made */
 	uint64_t produced;      /* handed to librdkafka's queue (first attempt) */
-	uint64_t delivered;     /* acknowledged by the broker (replays included) */
+	uint64_t delivered;     /* acknowledged by the broker (replays included;
+	                         * live events: produced less failed and still
+	                         * queued, as librdkafka reports only failures of
+	                         * those: exact once the queue is empty) */
 	uint64_t failed;        /* delivery failures and refusals by the queue */
 	uint64_t spooled;       /* written to the spool */
 	uint64_t replayed;      /* spooled events delivered by the replayer */
 	uint64_t spool_dropped; /* lost because the spool hit spool_max_bytes */
 	uint64_t spool_bytes;   /* bytes in the spool now */
-	uint64_t queued;        /* messages in librdkafka's queue now */
+	uint64_t queued;        /* messages in librdkafka's queues now (live and
+	                         * replay producers) */
 	uint64_t pending;       /* visits copied, not yet encoded and produced */
 	int connected;          /* 1 while a broker answers */
 };
