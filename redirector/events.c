@@ -520,7 +520,9 @@ publish_now(struct events *ev, struct local *l, const struct events_visit *v, ui
 		    RD_KAFKA_V_TIMESTAMP(v->ts_us / 1000), RD_KAFKA_V_END);
 	}
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-		atomic_fetch_add_explicit(&l->produced, 1, memory_order_relaxed);
+		/* release: a reader that sees the count sees the message queued
+		 * (live_delivered) */
+		atomic_fetch_add_explicit(&l->produced, 1, memory_order_release);
 	} else {
 		atomic_fetch_add(&ev->failed, 1);
 		to_spool(ev, v->code, klen, l->buf, n);
@@ -989,7 +991,7 @@ events_stats(struct events *ev, struct events_stats *out)
 	out->pending = (uint64_t)atomic_load(&ev->inbox_len);
 	for (struct local *l = ev->locals; l != NULL; l = l->next) {
 		out->events += atomic_load_explicit(&l->events, memory_order_relaxed);
-		out->produced += atomic_load_explicit(&l->produced, memory_order_relaxed);
+		out->produced += atomic_load_explicit(&l->produced, memory_order_acquire);
 		out->pending += (uint64_t)atomic_load_explicit(&l->nwaiting, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&ev->locals_mtx);
