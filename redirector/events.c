@@ -43,8 +43,9 @@ struct events {
 
 	atomic_int connected;
 	atomic_int fatal;
-	_Atomic uint64_t delivered; /* rk_replay's reports (rk's: see events_stats) */
-	_Atomic uint64_t failed, spooled, replayed;
+	_Atomic uint64_t failed, spooled;
+	_Atomic uint64_t replayed;  /* rk_replay's deliveries (it reports each;
+	                            * rk's are derived: see events_stats) */
 	_Atomic uint64_t live_failed; /* failed deliveries of rk's messages */
 	_Atomic uint64_t live_delivered; /* the highest estimate given out (see
 	                            * events_stats) */
@@ -106,7 +107,6 @@ dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
 		if (!replay)
 			return; /* not asked for; counted by events_stats */
-		atomic_fetch_add(&ev->delivered, 1);
 		atomic_fetch_add(&ev->replayed, 1);
 		if (!atomic_load_explicit(&ev->connected, memory_order_relaxed))
 			atomic_store(&ev->connected, 1);
@@ -996,13 +996,12 @@ events_stats(struct events *ev, struct events_stats *out)
 	}
 	pthread_mutex_unlock(&ev->locals_mtx);
 	out->queued = ev->rk ? (uint64_t)rd_kafka_outq_len(ev->rk) : 0;
-	out->delivered = live_delivered(ev, out->produced, out->queued) +
-	    atomic_load(&ev->delivered);
+	out->replayed = atomic_load(&ev->replayed);
+	out->delivered = live_delivered(ev, out->produced, out->queued) + out->replayed;
 	if (ev->rk_replay != NULL)
 		out->queued += (uint64_t)rd_kafka_outq_len(ev->rk_replay);
 	out->failed = atomic_load(&ev->failed);
 	out->spooled = atomic_load(&ev->spooled);
-	out->replayed = atomic_load(&ev->replayed);
 	out->spool_dropped = ss.dropped;
 	out->spool_bytes = ss.bytes;
 	out->connected = atomic_load(&ev->connected);
