@@ -59,7 +59,6 @@ struct events {
 	_Atomic long long last_fail_log;
 };
 
-static int replay_tag; /* msg_opaque of replayed messages */
 
 static long long
 mono_ms(void)
@@ -101,9 +100,8 @@ static void
 dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
 	struct events *ev = opaque;
-	int replay = m->_private == &replay_tag;
+	int replay = rk == ev->rk_replay; /* every message it carries is a replay */
 
-	(void)rk;
 	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
 		if (!replay)
 			return; /* not asked for; counted by events_stats */
@@ -753,8 +751,7 @@ replay_record(void *ctx, const char *key, size_t klen, const char *val, size_t v
 		atomic_fetch_add(&ev->replay_outstanding, 1);
 		err = rd_kafka_producev(ev->rk_replay, RD_KAFKA_V_RKT(ev->rkt_replay),
 		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(key, klen),
-		    RD_KAFKA_V_VALUE((void *)(uintptr_t)val, vlen), RD_KAFKA_V_OPAQUE(&replay_tag),
-		    RD_KAFKA_V_END);
+		    RD_KAFKA_V_VALUE((void *)(uintptr_t)val, vlen), RD_KAFKA_V_END);
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 			return 0;
 		atomic_fetch_sub(&ev->replay_outstanding, 1);
