@@ -59,7 +59,6 @@ struct events {
 	_Atomic long long last_fail_log;
 };
 
-
 static long long
 mono_ms(void)
 {
@@ -514,7 +513,7 @@ publish_now(struct events *ev, struct local *l, const struct events_visit *v, ui
 		 * allocation, so l->buf is reused at once. */
 		err = rd_kafka_producev(ev->rk, RD_KAFKA_V_RKT(ev->rkt),
 		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(v->code, klen),
-		    RD_KAFKA_V_VALUE(l->buf, n), RD_KAFKA_V_OPAQUE(NULL),
+		    RD_KAFKA_V_VALUE(l->buf, n),
 		    RD_KAFKA_V_TIMESTAMP(v->ts_us / 1000), RD_KAFKA_V_END);
 	}
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
