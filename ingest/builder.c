@@ -1,6 +1,7 @@
-/* builder.c - one thread per loading lane turns queued Kafka messages into
- * batch rows (batch_add with the lane's own enricher), so that building uses
- * as many cores as loading does; the consuming thread only routes messages. */
+/* builder.c - the loading lanes: per lane, one thread builds queued Kafka
+ * messages into the open batch (batch_add with the lane's own enricher) and
+ * one loads closed batches (loader_lane_load), each lane at its own pace;
+ * the consuming thread only routes messages and marks where batches close. */
 #include "builder.h"
 
 #include "enrich.h"
@@ -8,46 +9,108 @@
 #include "log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+struct builder;
 
 struct lane {
-	pthread_t thread;
-	int started;
-	struct enricher *enr;         /* owned; used by this lane's thread only */
+	struct builder *owner;
+	int k;
+	pthread_t build_thread, load_thread;
+	int build_started, load_started;
+	struct enricher *enr;         /* owned; used by the build thread only */
 	pthread_mutex_t mtx;
-	pthread_cond_t work, idle;
-	rd_kafka_message_t **queue;   /* owned array of owned messages */
+	pthread_cond_t work;          /* build thread: an item queued, or quit */
+	pthread_cond_t loadable;      /* load thread: a job, or quit */
+	pthread_cond_t changed;       /* a close handled, a load done, the queue built */
+	rd_kafka_message_t **queue;   /* owned array of owned messages; NULL marks a close */
 	size_t n, cap;
-	int busy;                     /* the thread holds messages taken from queue */
+	int closes;                   /* close marks queued or being handled */
+	int busy;                     /* the build thread holds items taken from queue */
 	int quit;
-	struct batch *target;         /* the caller's; written by the thread */
-	int failed;                   /* a batch_add failed since the last sync */
-	char err[512];
+	struct batch buf[2];          /* owned: buf[cur] is open (build thread's) */
+	int cur;
+	struct batch *job;            /* with the load thread; NULL: it is idle */
+	double job_t0;                /* when job was handed over (s, monotonic) */
 };
 
 struct builder {
 	struct lane lane[LOADER_LANES];
+	struct loader *loader;
+	builder_done_cb *done;
+	void *ctx;
+	atomic_int failed;
+	pthread_mutex_t err_mtx;
+	char err[512];                /* the first failure's, under err_mtx */
 };
 
-/* Builds one message into the lane's target; 0 or -1 (err set). */
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void
+set_failed(struct builder *b, const char *err)
+{
+	pthread_mutex_lock(&b->err_mtx);
+	if (!atomic_load(&b->failed)) {
+		errstr_set(b->err, sizeof(b->err), "%s", err);
+		atomic_store(&b->failed, 1);
+	}
+	pthread_mutex_unlock(&b->err_mtx);
+}
+
+/* Builds one message into the lane's open batch; 0 or -1 (err set). */
 static int
 build(struct lane *ln, rd_kafka_message_t *m, char *err, size_t err_size)
 {
 	char why[448];
 
-	if (batch_add(ln->target, ln->enr, m->partition, m->offset, m->payload, m->len, why,
-	    sizeof(why)) >= 0)
+	if (batch_add(&ln->buf[ln->cur], ln->enr, m->partition, m->offset, m->payload, m->len,
+	    why, sizeof(why)) >= 0)
 		return 0;
-	errstr_set(err, err_size, "partition %d offset %lld: %s", (int)m->partition,
-	    (long long)m->offset, why);
+	errstr_set(err, err_size, "lane %d: partition %d offset %lld: %s", ln->k,
+	    (int)m->partition, (long long)m->offset, why);
 	return -1;
 }
 
+/* A close mark (build thread): hands the open batch to the load thread once
+ * that is idle, or drops it after a failure; the other buffer, emptied by the
+ * load thread, becomes the open one. */
+static void
+close_open(struct lane *ln)
+{
+	struct batch *open;
+
+	pthread_mutex_lock(&ln->mtx);
+	while (ln->job != NULL && !ln->quit)
+		pthread_cond_wait(&ln->changed, &ln->mtx);
+	open = &ln->buf[ln->cur];
+	if (ln->quit || atomic_load(&ln->owner->failed) || open->ntouched == 0) {
+		batch_reset(open);
+	} else {
+		ln->job = open;
+		ln->job_t0 = now_s();
+		ln->cur = !ln->cur;
+		pthread_cond_signal(&ln->loadable);
+	}
+	ln->closes--;
+	pthread_cond_broadcast(&ln->changed);
+	pthread_mutex_unlock(&ln->mtx);
+}
+
 static void *
-lane_main(void *arg)
+build_main(void *arg)
 {
 	struct lane *ln = arg;
+	struct builder *b = ln->owner;
 	rd_kafka_message_t **work = NULL;
 	size_t nwork = 0, work_cap = 0;
 
@@ -70,56 +133,98 @@ lane_main(void *arg)
 			ln->n = 0;
 		}
 		ln->busy = 1;
-		int failed = ln->failed;
 		pthread_mutex_unlock(&ln->mtx);
 
-		char err[512] = "";
 		for (size_t i = 0; i < nwork; i++) {
-			if (!failed && build(ln, work[i], err, sizeof(err)) < 0)
-				failed = 1;
+			char err[512];
+
+			if (work[i] == NULL) {
+				close_open(ln);
+				continue;
+			}
+			if (!atomic_load(&b->failed) && build(ln, work[i], err, sizeof(err)) < 0) {
+				set_failed(b, err);
+				b->done(b->ctx, ln->k, NULL, -1, NULL, err, 0);
+			}
 			rd_kafka_message_destroy(work[i]);
 		}
 
 		pthread_mutex_lock(&ln->mtx);
-		if (failed && !ln->failed) {
-			ln->failed = 1;
-			memcpy(ln->err, err, sizeof(ln->err));
-		}
 		ln->busy = 0;
-		if (ln->n == 0)
-			pthread_cond_broadcast(&ln->idle);
+		pthread_cond_broadcast(&ln->changed);
 	}
 	pthread_mutex_unlock(&ln->mtx);
 	free(work);
 	return NULL;
 }
 
-static void
-lane_stop(struct lane *ln, int k)
+static void *
+load_main(void *arg)
 {
-	if (ln->started) {
+	struct lane *ln = arg;
+	struct builder *b = ln->owner;
+
+	pthread_mutex_lock(&ln->mtx);
+	for (;;) {
+		while (!ln->quit && ln->job == NULL)
+			pthread_cond_wait(&ln->loadable, &ln->mtx);
+		if (ln->quit)
+			break;
+		struct batch *job = ln->job;
+		double t0 = ln->job_t0;
+		pthread_mutex_unlock(&ln->mtx);
+
+		struct loader_result res;
+		char err[512] = "";
+		int rc = loader_lane_load(b->loader, ln->k, job, &res, err, sizeof(err));
+
+		if (rc < 0)
+			set_failed(b, err);
+		b->done(b->ctx, ln->k, job, rc, &res, err, now_s() - t0);
+		batch_reset(job);
+		pthread_mutex_lock(&ln->mtx);
+		ln->job = NULL;
+		pthread_cond_broadcast(&ln->changed);
+	}
+	pthread_mutex_unlock(&ln->mtx);
+	return NULL;
+}
+
+static void
+lane_stop(struct lane *ln)
+{
+	if (ln->build_started || ln->load_started) {
 		pthread_mutex_lock(&ln->mtx);
 		ln->quit = 1;
 		pthread_cond_broadcast(&ln->work);
+		pthread_cond_broadcast(&ln->loadable);
+		pthread_cond_broadcast(&ln->changed);
 		pthread_mutex_unlock(&ln->mtx);
-		pthread_join(ln->thread, NULL);
-		pthread_mutex_destroy(&ln->mtx);
-		pthread_cond_destroy(&ln->work);
-		pthread_cond_destroy(&ln->idle);
+		if (ln->build_started)
+			pthread_join(ln->build_thread, NULL);
+		if (ln->load_started)
+			pthread_join(ln->load_thread, NULL);
 	}
 	for (size_t i = 0; i < ln->n; i++)
-		rd_kafka_message_destroy(ln->queue[i]);
+		if (ln->queue[i] != NULL)
+			rd_kafka_message_destroy(ln->queue[i]);
 	free(ln->queue);
+	for (int i = 0; i < 2; i++)
+		batch_free(&ln->buf[i]);
 	if (ln->enr != NULL) {
 		unsigned long long hits, misses;
 
 		enrich_geo_cache_stats(ln->enr, &hits, &misses);
 		if (hits + misses > 0)
 			log_info("GeoIP record cache of lane %d: %llu hits, %llu misses (%.1f%%)",
-			    k, hits, misses,
+			    ln->k, hits, misses,
 			    100.0 * (double)hits / (double)(hits + misses));
 	}
 	enrich_free(ln->enr);
+	pthread_mutex_destroy(&ln->mtx);
+	pthread_cond_destroy(&ln->work);
+	pthread_cond_destroy(&ln->loadable);
+	pthread_cond_destroy(&ln->changed);
 }
 
 struct builder *
@@ -131,25 +236,42 @@ builder_new(const struct builder_conf *bc, char *errstr, size_t errstr_size)
 		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
+	b->loader = bc->loader;
+	b->done = bc->done;
+	b->ctx = bc->ctx;
+	atomic_init(&b->failed, 0);
+	pthread_mutex_init(&b->err_mtx, NULL);
+	for (int k = 0; k < LOADER_LANES; k++) {
+		struct lane *ln = &b->lane[k];
+
+		ln->owner = b;
+		ln->k = k;
+		pthread_mutex_init(&ln->mtx, NULL);
+		pthread_cond_init(&ln->work, NULL);
+		pthread_cond_init(&ln->loadable, NULL);
+		pthread_cond_init(&ln->changed, NULL);
+		for (int i = 0; i < 2; i++) {
+			batch_init(&ln->buf[i]);
+			if (batch_prealloc(&ln->buf[i], bc->batch_rows) < 0)
+				log_warnx("batch buffers: out of memory (they grow as batches fill)");
+		}
+	}
 	for (int k = 0; k < LOADER_LANES; k++) {
 		struct lane *ln = &b->lane[k];
 
 		if ((ln->enr = enrich_new(bc->city_db, bc->isp_db, bc->locale, bc->uap_regexes,
 		    bc->ua_cache_entries, bc->geoip_cache_records, errstr, errstr_size)) == NULL)
 			goto fail;
-		pthread_mutex_init(&ln->mtx, NULL);
-		pthread_cond_init(&ln->work, NULL);
-		pthread_cond_init(&ln->idle, NULL);
-		if (pthread_create(&ln->thread, NULL, lane_main, ln) != 0) {
-			pthread_mutex_destroy(&ln->mtx);
-			pthread_cond_destroy(&ln->work);
-			pthread_cond_destroy(&ln->idle);
-			errstr_set(errstr, errstr_size, "pthread_create failed");
-			goto fail;
-		}
-		ln->started = 1;
+		if (pthread_create(&ln->build_thread, NULL, build_main, ln) != 0)
+			goto fail_thread;
+		ln->build_started = 1;
+		if (pthread_create(&ln->load_thread, NULL, load_main, ln) != 0)
+			goto fail_thread;
+		ln->load_started = 1;
 	}
 	return b;
+fail_thread:
+	errstr_set(errstr, errstr_size, "pthread_create failed");
 fail:
 	builder_free(b);
 	return NULL;
@@ -161,69 +283,115 @@ builder_free(struct builder *b)
 	if (b == NULL)
 		return;
 	for (int k = 0; k < LOADER_LANES; k++)
-		lane_stop(&b->lane[k], k);
+		lane_stop(&b->lane[k]);
+	pthread_mutex_destroy(&b->err_mtx);
 	free(b);
 }
 
-void
-builder_set_targets(struct builder *b, struct batch *const *lanes)
+/* Appends m (NULL: a close mark) to ln's queue; 0, or -1 when there is no
+ * room. Called with ln->mtx held. */
+static int
+enqueue(struct lane *ln, rd_kafka_message_t *m)
 {
-	for (int k = 0; k < LOADER_LANES; k++) {
-		pthread_mutex_lock(&b->lane[k].mtx);
-		b->lane[k].target = lanes[k];
-		pthread_mutex_unlock(&b->lane[k].mtx);
-	}
-}
-
-void
-builder_push(struct builder *b, rd_kafka_message_t *m)
-{
-	struct lane *ln = &b->lane[m->partition % LOADER_LANES];
-
-	pthread_mutex_lock(&ln->mtx);
 	if (ln->n == ln->cap) {
 		size_t cap = ln->cap ? 2 * ln->cap : 1024;
 		rd_kafka_message_t **q = realloc(ln->queue, cap * sizeof(*q));
 
-		if (q == NULL) {
-			/* no room to queue it: count it as a failed build, so
-			 * the caller re-reads it from the stored offsets */
-			if (!ln->failed) {
-				ln->failed = 1;
-				errstr_set(ln->err, sizeof(ln->err), "partition %d offset %lld: out "
-				    "of memory", (int)m->partition, (long long)m->offset);
-			}
-			pthread_mutex_unlock(&ln->mtx);
-			rd_kafka_message_destroy(m);
-			return;
-		}
+		if (q == NULL)
+			return -1;
 		ln->queue = q;
 		ln->cap = cap;
 	}
 	ln->queue[ln->n++] = m;
 	if (ln->n == 1)
 		pthread_cond_signal(&ln->work);
-	pthread_mutex_unlock(&ln->mtx);
+	return 0;
 }
 
-int
-builder_sync(struct builder *b, char *errstr, size_t errstr_size)
+void
+builder_push(struct builder *b, rd_kafka_message_t *m)
 {
-	int rc = 0;
+	/* A partition stays in one lane for good: the lanes commit on their
+	 * own, so a partition split between two could have its offsets stored
+	 * out of order. */
+	struct lane *ln = &b->lane[m->partition % LOADER_LANES];
+	int rc;
 
+	pthread_mutex_lock(&ln->mtx);
+	rc = enqueue(ln, m);
+	pthread_mutex_unlock(&ln->mtx);
+	if (rc < 0) {
+		/* no room to queue it: a failed build, so that the caller
+		 * re-reads it from the stored offsets */
+		char err[512];
+
+		errstr_set(err, sizeof(err), "lane %d: partition %d offset %lld: out of memory",
+		    ln->k, (int)m->partition, (long long)m->offset);
+		set_failed(b, err);
+		b->done(b->ctx, ln->k, NULL, -1, NULL, err, 0);
+		rd_kafka_message_destroy(m);
+	}
+}
+
+void
+builder_close(struct builder *b)
+{
 	for (int k = 0; k < LOADER_LANES; k++) {
 		struct lane *ln = &b->lane[k];
 
 		pthread_mutex_lock(&ln->mtx);
-		while (ln->n > 0 || ln->busy)
-			pthread_cond_wait(&ln->idle, &ln->mtx);
-		if (ln->failed) {
-			if (rc == 0)
-				errstr_set(errstr, errstr_size, "%s", ln->err);
-			rc = -1;
-			ln->failed = 0;
+		while (ln->closes > 0 && !ln->quit)
+			pthread_cond_wait(&ln->changed, &ln->mtx);
+		if (enqueue(ln, NULL) == 0)
+			ln->closes++;
+		else if (!atomic_load(&b->failed)) {
+			/* the open batch cannot be closed: drop it and re-read */
+			pthread_mutex_unlock(&ln->mtx);
+			set_failed(b, "closing a batch: out of memory");
+			b->done(b->ctx, k, NULL, -1, NULL, "closing a batch: out of memory", 0);
+			continue;
 		}
 		pthread_mutex_unlock(&ln->mtx);
 	}
-	return rc;
+}
+
+void
+builder_drain(struct builder *b)
+{
+	for (int k = 0; k < LOADER_LANES; k++) {
+		struct lane *ln = &b->lane[k];
+
+		pthread_mutex_lock(&ln->mtx);
+		while ((ln->n > 0 || ln->busy || ln->closes > 0 || ln->job != NULL) && !ln->quit)
+			pthread_cond_wait(&ln->changed, &ln->mtx);
+		pthread_mutex_unlock(&ln->mtx);
+	}
+}
+
+int
+builder_failed(struct builder *b, char *err, size_t err_size)
+{
+	if (!atomic_load(&b->failed))
+		return 0;
+	pthread_mutex_lock(&b->err_mtx);
+	errstr_set(err, err_size, "%s", b->err);
+	pthread_mutex_unlock(&b->err_mtx);
+	return 1;
+}
+
+void
+builder_reset(struct builder *b)
+{
+	builder_drain(b);
+	for (int k = 0; k < LOADER_LANES; k++) {
+		struct lane *ln = &b->lane[k];
+
+		pthread_mutex_lock(&ln->mtx);
+		batch_reset(&ln->buf[ln->cur]);
+		pthread_mutex_unlock(&ln->mtx);
+	}
+	pthread_mutex_lock(&b->err_mtx);
+	b->err[0] = '\0';
+	atomic_store(&b->failed, 0);
+	pthread_mutex_unlock(&b->err_mtx);
 }

@@ -1,6 +1,8 @@
-/* builder.h - builds the lanes of a batch on threads of their own: message
- * k's parse, validation, enrichment and COPY rows run on the thread of its
- * partition's lane (p % LOADER_LANES), in the order the messages came. */
+/* builder.h - the loading lanes: lane k takes the messages of partitions
+ * p % LOADER_LANES == k, builds them into a batch on a thread of its own
+ * (parse, validation, enrichment, COPY rows) and loads each closed batch on
+ * a second thread of its own, so a lane goes on building while it loads and
+ * never waits for the other lane. */
 #ifndef LP_INGEST_BUILDER_H
 #define LP_INGEST_BUILDER_H
 
@@ -13,30 +15,50 @@
 
 struct builder;
 
-/* Settings of each lane's enricher (enrich_new; the strings are read at
- * builder_new only). */
+/* Called on lane's loading thread after each load (rc 0: committed, *res
+ * filled; -1: rolled back, nothing of the batch stored, err says why) with
+ * the batch still intact and seconds the load took; and after a message
+ * could not be built (batch and res NULL, rc -1). Must be thread-safe: the
+ * lanes call it at once. */
+typedef void builder_done_cb(void *ctx, int lane, const struct batch *batch, int rc,
+                             const struct loader_result *res, const char *err, double seconds);
+
+/* Settings of each lane (the strings are read at builder_new only). */
 struct builder_conf {
-	const char *city_db, *isp_db, *locale, *uap_regexes;
+	const char *city_db, *isp_db, *locale, *uap_regexes; /* enrich_new */
 	size_t ua_cache_entries;
 	size_t geoip_cache_records; /* 0: no GeoIP record cache */
+	size_t batch_rows;          /* rows to preallocate per lane buffer */
+	struct loader *loader;      /* the caller's; lane k loads with loader_lane_load */
+	builder_done_cb *done;
+	void *ctx;
 };
 
-/* Starts LOADER_LANES threads, each with an enricher of its own. Returns a
- * builder the caller owns (builder_free), or NULL with errstr set. */
+/* Starts LOADER_LANES lanes (two threads and an enricher each). Returns a
+ * builder the caller owns (builder_free; free it before the loader), or NULL
+ * with errstr set. */
 struct builder *builder_new(const struct builder_conf *bc, char *errstr, size_t errstr_size);
-/* Stops the threads (destroying messages still queued) and frees b. */
+/* Stops the threads (dropping messages still queued and batches not yet
+ * loaded: call builder_drain first to keep them) and frees b. */
 void builder_free(struct builder *b);
 
-/* Where lane k's messages go from now on: lanes[k], which the builder may
- * write until the next builder_sync returns. Call with the builder idle
- * (after builder_new or builder_sync). */
-void builder_set_targets(struct builder *b, struct batch *const *lanes);
-/* Queues m (a message without error, ownership passes to the builder) for
- * its partition's lane: batch_add into that lane's target, then destroyed. */
+/* Queues m (a message without error; ownership passes to the builder) for
+ * its partition's lane: built into the lane's open batch, then destroyed. */
 void builder_push(struct builder *b, rd_kafka_message_t *m);
-/* Waits until every queued message is in its batch. Returns 0, or -1 when a
- * batch_add failed since the last sync (errstr says which message and why;
- * the messages after it in that lane were dropped unbuilt). */
-int builder_sync(struct builder *b, char *errstr, size_t errstr_size);
+/* Closes every lane's open batch at this point of its queue: the lane loads
+ * it once it is built and the lane's previous batch is loaded (an empty one
+ * is dropped). Waits first while a lane has not yet handed over the batch of
+ * the previous close, so that each lane holds at most one batch loading, one
+ * being built and the messages queued after it. */
+void builder_close(struct builder *b);
+/* Waits until every lane has built everything queued and loaded every
+ * closed batch (messages after the last close stay in the open batch). */
+void builder_drain(struct builder *b);
+/* 1 (err filled) once a build or a load failed: from then on the lanes drop
+ * what they are given until builder_reset; 0 otherwise. */
+int builder_failed(struct builder *b, char *err, size_t err_size);
+/* After a failure: waits for the lanes, drops every open batch and clears
+ * the failure. The caller then re-reads from the stored offsets. */
+void builder_reset(struct builder *b);
 
 #endif

@@ -38,15 +38,6 @@ struct loader {
 	                            * (after a primary-key conflict); 0: optimistic */
 	char copy_state[6];        /* SQLSTATE of the last failed COPY, "" none */
 	size_t nknown, known_cap;
-
-	pthread_t thread;
-	pthread_mutex_t mtx;
-	pthread_cond_t cond;
-	struct batch *job[LANES];  /* submitted, not yet finished (job[0] NULL: none) */
-	int busy, finished, quit;
-	int job_rc;
-	struct loader_result job_res;
-	char job_err[512];
 };
 
 /* An upsert's SET adding the batch's counts to the row's (alias t). */
@@ -592,7 +583,7 @@ rollup_thread(void *arg)
 }
 
 static int
-load(struct loader *l, struct batch *b, struct loader_result *res, char *errstr,
+load(struct loader *l, const struct batch *b, struct loader_result *res, char *errstr,
      size_t errstr_size)
 {
 	double t0 = mono_ms(), t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0, tc = t0;
@@ -726,69 +717,11 @@ fail:
 	return -1;
 }
 
-struct lane_job {
-	struct loader *l;
-	struct batch *b;
-	struct loader_result res;
-	int rc;
-	char err[512];
-};
-
-static void *
-lane_thread(void *arg)
-{
-	struct lane_job *j = arg;
-
-	j->rc = load(j->l, j->b, &j->res, j->err, sizeof(j->err));
-	return NULL;
-}
-
-/* Loads lanes[0] (partitions p % LANES == 0) here and lanes[k] (p % LANES
- * == k) on peer k's connection at once, each in its own transaction with its
- * own partitions' offsets (so each lane is exactly once by itself; when one
- * fails, the caller re-seeks to the stored offsets and only that lane's
- * messages come again). */
-static int
-load_lanes(struct loader *l, struct batch *const *lanes, struct loader_result *res,
-           char *errstr, size_t errstr_size)
-{
-	struct lane_job jobs[LANES - 1];
-	pthread_t th[LANES - 1];
-	int threaded[LANES - 1];
-	int rc;
-
-	for (int k = 1; k < LANES; k++) {
-		struct lane_job *j = &jobs[k - 1];
-
-		memset(j, 0, sizeof(*j));
-		j->l = l->peer[k - 1];
-		j->b = lanes[k];
-		if (!(threaded[k - 1] = pthread_create(&th[k - 1], NULL, lane_thread, j) == 0))
-			lane_thread(j);
-	}
-	rc = load(l, lanes[0], res, errstr, errstr_size);
-	for (int k = 1; k < LANES; k++) {
-		struct lane_job *j = &jobs[k - 1];
-
-		if (threaded[k - 1])
-			pthread_join(th[k - 1], NULL);
-		if (j->rc < 0) {
-			if (rc == 0)
-				errstr_set(errstr, errstr_size, "%s", j->err);
-			rc = -1;
-		}
-		res->inserted += j->res.inserted;
-		res->duplicates += j->res.duplicates;
-		res->rejects += j->res.rejects;
-	}
-	return rc;
-}
-
 int
-loader_load(struct loader *l, struct batch *const *lanes, struct loader_result *res,
-            char *errstr, size_t errstr_size)
+loader_lane_load(struct loader *l, int k, const struct batch *b, struct loader_result *res,
+                 char *errstr, size_t errstr_size)
 {
-	return load_lanes(l, lanes, res, errstr, errstr_size);
+	return load(k == 0 ? l : l->peer[k - 1], b, res, errstr, errstr_size);
 }
 
 int
@@ -860,35 +793,7 @@ fail:
 	return -1;
 }
 
-static void *
-worker(void *arg)
-{
-	struct loader *l = arg;
-
-	pthread_mutex_lock(&l->mtx);
-	for (;;) {
-		while (!l->quit && (l->job[0] == NULL || l->finished))
-			pthread_cond_wait(&l->cond, &l->mtx);
-		if (l->quit)
-			break;
-		struct batch *lanes[LANES];
-		memcpy(lanes, l->job, sizeof(lanes));
-		pthread_mutex_unlock(&l->mtx);
-		struct loader_result res;
-		char err[512] = "";
-		int rc = load_lanes(l, lanes, &res, err, sizeof(err));
-		pthread_mutex_lock(&l->mtx);
-		l->job_rc = rc;
-		l->job_res = res;
-		memcpy(l->job_err, err, sizeof(err));
-		l->finished = 1;
-		pthread_cond_broadcast(&l->cond);
-	}
-	pthread_mutex_unlock(&l->mtx);
-	return NULL;
-}
-
-/* Closes the connections and frees what l (and its peers) own; no thread. */
+/* Closes the connections and frees what l (and its peers) own. */
 static void
 loader_release(struct loader *l)
 {
@@ -906,7 +811,7 @@ loader_release(struct loader *l)
 	free(l);
 }
 
-/* A loader without a worker thread (a peer, or the base of loader_new). */
+/* One lane's loader (a peer, or the base of loader_new). */
 static struct loader *
 loader_alloc(const char *dsn, const char *group, const char *topic)
 {
@@ -939,76 +844,11 @@ loader_new(const char *dsn, const char *group, const char *topic, char *errstr,
 		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
-	pthread_mutex_init(&l->mtx, NULL);
-	pthread_cond_init(&l->cond, NULL);
-	if (pthread_create(&l->thread, NULL, worker, l) != 0) {
-		errstr_set(errstr, errstr_size, "pthread_create failed");
-		pthread_mutex_destroy(&l->mtx);
-		pthread_cond_destroy(&l->cond);
-		loader_release(l);
-		return NULL;
-	}
 	return l;
-}
-
-void
-loader_submit(struct loader *l, struct batch *const *lanes)
-{
-	pthread_mutex_lock(&l->mtx);
-	memcpy(l->job, lanes, sizeof(l->job));
-	l->finished = 0;
-	l->busy = 1;
-	pthread_cond_broadcast(&l->cond);
-	pthread_mutex_unlock(&l->mtx);
-}
-
-int
-loader_done(struct loader *l)
-{
-	int done;
-
-	pthread_mutex_lock(&l->mtx);
-	done = !l->busy || l->finished;
-	pthread_mutex_unlock(&l->mtx);
-	return done;
-}
-
-int
-loader_wait(struct loader *l, struct loader_result *res, char *errstr, size_t errstr_size)
-{
-	int rc;
-
-	pthread_mutex_lock(&l->mtx);
-	if (!l->busy) {
-		pthread_mutex_unlock(&l->mtx);
-		return 1;
-	}
-	while (!l->finished)
-		pthread_cond_wait(&l->cond, &l->mtx);
-	rc = l->job_rc;
-	*res = l->job_res;
-	errstr_set(errstr, errstr_size, "%s", l->job_err);
-	l->busy = 0;
-	memset(l->job, 0, sizeof(l->job));
-	l->finished = 0;
-	pthread_mutex_unlock(&l->mtx);
-	return rc;
 }
 
 void
 loader_free(struct loader *l)
 {
-	struct loader_result res;
-
-	if (l == NULL)
-		return;
-	loader_wait(l, &res, NULL, 0);
-	pthread_mutex_lock(&l->mtx);
-	l->quit = 1;
-	pthread_cond_broadcast(&l->cond);
-	pthread_mutex_unlock(&l->mtx);
-	pthread_join(l->thread, NULL);
-	pthread_mutex_destroy(&l->mtx);
-	pthread_cond_destroy(&l->cond);
 	loader_release(l);
 }

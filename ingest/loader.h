@@ -1,8 +1,8 @@
-/* loader.h - loads batches into PostgreSQL, one transaction per lane: month
- * partitions, COPY of the new rows into visit_record (after a probe for ids
- * already stored only once a batch met one), the rollups of those rows,
- * rejects and the partitions' next offsets. A worker thread runs one load at
- * a time so the caller can build the next batch meanwhile. */
+/* loader.h - loads batches into PostgreSQL, one transaction per lane batch:
+ * month partitions, COPY of the new rows into visit_record (after a probe
+ * for ids already stored only once a batch met one), the rollups of those
+ * rows, rejects and the partitions' next offsets. Each lane has a connection
+ * of its own; builder.c runs the lanes' loads on their own threads. */
 #ifndef LP_INGEST_LOADER_H
 #define LP_INGEST_LOADER_H
 
@@ -24,31 +24,23 @@ struct loader_result {
 	uint64_t rejects;    /* visit_reject rows written (or already there) */
 };
 
-/* dsn, group and topic are copied. Starts the worker thread; connects lazily.
- * Returns a loader the caller owns (loader_free), or NULL with errstr. */
+/* dsn, group and topic are copied; connects lazily. Returns a loader the
+ * caller owns (loader_free), or NULL with errstr. */
 struct loader *loader_new(const char *dsn, const char *group, const char *topic,
                           char *errstr, size_t errstr_size);
-/* Waits for a running load, stops the worker, closes the connection. */
+/* Closes the connections and frees l (no load may be running). */
 void loader_free(struct loader *l);
 
-/* Asynchronous load: hands lanes[0..LOADER_LANES-1] to the worker, lanes[k]
- * holding only messages of lane k's partitions (each lane stores its batch's
- * rows and offsets in one transaction). The batches stay the caller's, who must not touch them until
- * loader_wait returns. Only when idle. */
-void loader_submit(struct loader *l, struct batch *const *lanes);
-/* 1 when a submitted load has finished (loader_wait would not block) or none
- * is running; 0 while it runs. */
-int loader_done(struct loader *l);
-/* Waits for the submitted load. Returns 0 (committed; *res filled), -1 (rolled
- * back; errstr says why; nothing of the batch is stored), or 1 when nothing
- * was submitted. */
-int loader_wait(struct loader *l, struct loader_result *res, char *errstr, size_t errstr_size);
+/* Loads b, holding only messages of lane k's partitions (p % LOADER_LANES ==
+ * k), on lane k's connection in one transaction: its rows, rollups, rejects
+ * and its partitions' next offsets. Returns 0 (committed; *res filled) or -1
+ * (rolled back, nothing of b stored; errstr says why). One call per lane at
+ * a time; lanes run at once. b stays the caller's. */
+int loader_lane_load(struct loader *l, int k, const struct batch *b, struct loader_result *res,
+                     char *errstr, size_t errstr_size);
 
-/* The calls below run in the caller's thread and need the loader idle. */
+/* The calls below use lane 0's connection: call them with no load running. */
 
-/* Loads lanes synchronously (as loader_submit + loader_wait). */
-int loader_load(struct loader *l, struct batch *const *lanes, struct loader_result *res,
-                char *errstr, size_t errstr_size);
 /* (Re)connects when needed and checks the connection. Returns 0 or -1. */
 int loader_connect(struct loader *l, char *errstr, size_t errstr_size);
 /* Reads ingest_offset for the n partitions: offsets[i] = stored next offset,

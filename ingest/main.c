@@ -1,7 +1,7 @@
 /* ingest - linkpulse's Kafka -> enrich -> PostgreSQL loader: configuration,
- * signals and the consume / batch / load loop (one batch loading while the
- * next is built on the builder's lane threads), with recovery from
- * PostgreSQL failures and lost offsets. */
+ * signals and the consume loop (routing messages to the builder's lanes and
+ * closing batches by count or time), with recovery from PostgreSQL failures
+ * and lost offsets. */
 #include "batch.h"
 #include "builder.h"
 #include "compactor.h"
@@ -85,15 +85,10 @@ struct app {
 	struct loader *loader;
 	struct compactor *compactor;
 	struct consumer *cons;
-	/* batches[cur] is being built by the builder (one batch per loading
-	 * lane); batches[!cur] may be loading */
-	struct batch batches[2][LOADER_LANES];
-	int cur;
-	int inflight;            /* batches[!cur] is with the loader */
-	int failed;              /* a load failed: drop, reconnect, re-seek */
-	size_t taken;            /* messages given to the builder since the last submit */
+	int failed;              /* recording a lost range failed: reconnect, re-seek
+	                          * (failed builds and loads: builder_failed) */
+	size_t taken;            /* messages given to the builder since the last close */
 	int64_t opened_ms;       /* monotonic ms when the first of them came */
-	double submitted;        /* when batches[!cur] went to the loader (s) */
 	const char *config_path; /* for SIGHUP */
 	int argc;
 	char **argv;
@@ -111,15 +106,6 @@ on_signal(int sig)
 		hup_flag = 1;
 	else
 		stop_flag = 1;
-}
-
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* GET /healthz on the metrics listener's thread. */
@@ -160,139 +146,54 @@ now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Messages in the lanes of a batch. */
-static size_t
-messages(struct batch *const *lanes)
-{
-	size_t n = 0;
-
-	for (int k = 0; k < LOADER_LANES; k++)
-		n += lanes[k]->messages;
-	return n;
-}
-
+/* builder_done_cb: a lane's batch committed (counted, lag updated) or
+ * rolled back, or a message that could not be built. Runs on the lanes'
+ * threads. */
 static void
-reset_lanes(struct batch *lanes)
+lane_done(void *ctx, int lane, const struct batch *b, int rc, const struct loader_result *res,
+          const char *err, double seconds)
 {
-	for (int k = 0; k < LOADER_LANES; k++)
-		batch_reset(&lanes[k]);
-}
+	struct app *a = ctx;
 
-static void
-account(struct app *a, struct batch *const *lanes, const struct loader_result *res)
-{
-	size_t n = messages(lanes);
-
-	stats_add_batch(n, res->inserted, res->duplicates, res->rejects);
-	for (int k = 0; k < LOADER_LANES; k++) {
-		const struct batch *b = lanes[k];
-		for (int32_t i = 0; i < b->ntouched; i++)
-			consumer_update_lag(a->cons, b->touched[i], b->next_offset[b->touched[i]]);
-	}
-	if (res->rejects)
-		log_warnx("batch: %zu messages, %llu rejected into visit_reject", n,
-		    (unsigned long long)res->rejects);
-	log_debug("batch committed: %zu messages, %llu rows, %llu duplicates, %llu rejects",
-	    n, (unsigned long long)res->inserted, (unsigned long long)res->duplicates,
-	    (unsigned long long)res->rejects);
-}
-
-static void
-load_failed(struct app *a, size_t n, const char *err)
-{
-	stats_add_failure();
-	atomic_store(&unhealthy, 1);
-	log_error("batch of %zu messages rolled back, nothing stored: %s; retrying from the "
-	    "stored offsets", n, err);
-	a->failed = 1;
-}
-
-/* Waits for the builder; a failed build makes the batch being built
- * unusable (a re-seek follows). */
-static void
-sync_builder(struct app *a)
-{
-	char err[512];
-
-	if (builder_sync(a->builder, err, sizeof(err)) < 0) {
-		log_error("%s", err);
+	if (rc < 0) {
 		stats_add_failure();
-		a->failed = 1;
+		atomic_store(&unhealthy, 1);
+		if (b == NULL)
+			log_error("%s; dropping what is queued, re-reading from the stored offsets", err);
+		else
+			log_error("lane %d: batch of %zu messages rolled back, nothing of it stored: %s; "
+			    "retrying from the stored offsets", lane, b->messages, err);
+		return;
 	}
+	stats_observe_batch(seconds);
+	stats_add_batch(b->messages, res->inserted, res->duplicates, res->rejects);
+	for (int32_t i = 0; i < b->ntouched; i++)
+		consumer_update_lag(a->cons, b->touched[i], b->next_offset[b->touched[i]]);
+	if (res->rejects)
+		log_warnx("lane %d: batch of %zu messages, %llu rejected into visit_reject", lane,
+		    b->messages, (unsigned long long)res->rejects);
+	log_debug("lane %d: batch committed: %zu messages, %llu rows, %llu duplicates, %llu rejects",
+	    lane, b->messages, (unsigned long long)res->inserted,
+	    (unsigned long long)res->duplicates, (unsigned long long)res->rejects);
 }
 
-/* The lanes of batches[i] as the loader takes them. */
+/* Closes the batch taken so far (the lanes load it as they finish it). */
 static void
-lanes_of(struct app *a, int i, struct batch **lanes)
+close_batch(struct app *a)
 {
-	for (int k = 0; k < LOADER_LANES; k++)
-		lanes[k] = &a->batches[i][k];
-}
-
-/* Collects the batch being loaded, if any. */
-static void
-finish_inflight(struct app *a)
-{
-	struct batch *lanes[LOADER_LANES];
-	struct loader_result res;
-	char err[512];
-
-	if (!a->inflight)
-		return;
-	lanes_of(a, !a->cur, lanes);
-	if (loader_wait(a->loader, &res, err, sizeof(err)) == 0) {
-		stats_observe_batch(now_s() - a->submitted);
-		account(a, lanes, &res);
-	} else
-		load_failed(a, messages(lanes), err);
-	a->inflight = 0;
-	reset_lanes(a->batches[!a->cur]);
-}
-
-/* Hands the batch being built to the loader and starts a new one. */
-static void
-submit(struct app *a)
-{
-	struct batch *lanes[LOADER_LANES];
-
-	sync_builder(a);
-	finish_inflight(a);
+	builder_close(a->builder);
 	a->taken = 0;
-	if (a->failed)
-		return;
-	a->submitted = now_s();
-	lanes_of(a, a->cur, lanes);
-	loader_submit(a->loader, lanes);
-	a->inflight = 1;
-	a->cur = !a->cur;
-	lanes_of(a, a->cur, lanes);
-	builder_set_targets(a->builder, lanes);
 }
 
-/* Finishes everything taken so far: the batch loading and the one being
- * built (loaded synchronously). Dropped instead after a failure. */
+/* Finishes everything taken so far: built and loaded (dropped instead after
+ * a failure). */
 static void
 drain(void *ctx)
 {
 	struct app *a = ctx;
-	struct batch *lanes[LOADER_LANES];
-	struct loader_result res;
-	char err[512];
 
-	sync_builder(a);
-	finish_inflight(a);
-	lanes_of(a, a->cur, lanes);
-	if (!a->failed && messages(lanes) > 0) {
-		double t0 = now_s();
-
-		if (loader_load(a->loader, lanes, &res, err, sizeof(err)) == 0) {
-			stats_observe_batch(now_s() - t0);
-			account(a, lanes, &res);
-		} else
-			load_failed(a, messages(lanes), err);
-	}
-	reset_lanes(a->batches[a->cur]);
-	a->taken = 0;
+	close_batch(a);
+	builder_drain(a->builder);
 }
 
 /* Sleeps about ms while keeping the consumer polled (messages dropped: a
@@ -317,10 +218,7 @@ recover(struct app *a)
 	int backoff = 200;
 	char err[512];
 
-	builder_sync(a->builder, err, sizeof(err)); /* a failure is already being handled */
-	reset_lanes(a->batches[a->cur]);
-	finish_inflight(a);
-	reset_lanes(a->batches[a->cur]);
+	builder_reset(a->builder); /* the failure is logged and counted already */
 	a->taken = 0;
 	while (!stop_flag && loader_connect(a->loader, err, sizeof(err)) < 0) {
 		log_error("PostgreSQL unavailable: %s; retrying in %d ms", err, backoff);
@@ -345,7 +243,7 @@ out_of_range(struct app *a, int32_t p, int64_t at, const char *what)
 	char reason[512], err[512];
 
 	drain(a);
-	if (a->failed)
+	if (a->failed || builder_failed(a->builder, err, sizeof(err)))
 		return;
 	from = consumer_expected(a->cons, p);
 	if (from < 0)
@@ -437,25 +335,22 @@ static void
 run(struct app *a)
 {
 	int64_t last_log = now_ms();
+	char err[512];
 
 	while (!stop_flag) {
 		rd_kafka_message_t *m;
 
 		if (hup_flag)
 			reload(a);
-		if (a->failed) {
+		if (a->failed || builder_failed(a->builder, err, sizeof(err))) {
 			recover(a);
 			continue;
 		}
-		if ((m = consumer_poll(a->cons, a->inflight ? 5 : 100)) != NULL &&
-		    !handle_message(a, m))
+		if ((m = consumer_poll(a->cons, 100)) != NULL && !handle_message(a, m))
 			rd_kafka_message_destroy(m);
-		if (a->taken > 0 && !a->failed &&
-		    ((long long)a->taken >= a->conf.batch_max_events ||
+		if (a->taken > 0 && ((long long)a->taken >= a->conf.batch_max_events ||
 		    now_ms() - a->opened_ms >= a->conf.batch_max_ms))
-			submit(a);
-		else if (a->inflight && loader_done(a->loader))
-			finish_inflight(a);
+			close_batch(a);
 		log_progress(&last_log);
 	}
 }
@@ -492,16 +387,6 @@ main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	for (int i = 0; i < 2; i++)
-		for (int k = 0; k < LOADER_LANES; k++) {
-			batch_init(&a.batches[i][k]);
-			/* a lane's share of a full batch, and a quarter more for
-			 * uneven partitions; beyond that the buffers grow */
-			if (batch_prealloc(&a.batches[i][k], (size_t)(a.conf.batch_max_events /
-			    LOADER_LANES * 5 / 4 + 1)) < 0)
-				log_warnx("batch buffers: out of memory (they grow as batches fill)");
-		}
-
 	if ((a.metrics = metrics_new()) == NULL ||
 	    stats_metrics(a.metrics, errstr, sizeof(errstr)) < 0 ||
 	    (a.metricsd = metricsd_start(a.conf.metrics_addr, (int)a.conf.metrics_port, a.metrics,
@@ -512,25 +397,26 @@ main(int argc, char **argv)
 	}
 	log_info("metrics on http://%s:%d/metrics", a.conf.metrics_addr,
 	    metricsd_port(a.metricsd));
+	if ((a.loader = loader_new(a.conf.pg_dsn, a.conf.kafka_group, a.conf.kafka_topic, errstr,
+	    sizeof(errstr))) == NULL) {
+		log_fatalx("loader: %s", errstr);
+		rc = 1;
+		goto out;
+	}
 	{
+		/* each lane's buffers: its share of a full batch, and a quarter
+		 * more for uneven partitions; beyond that they grow */
 		struct builder_conf bc = { a.conf.geoip_city_db, a.conf.geoip_isp_db,
 		    a.conf.geoip_locale, a.conf.uap_regexes, (size_t)a.conf.ua_cache_entries,
-		    (size_t)a.conf.geoip_cache_records };
-		struct batch *lanes[LOADER_LANES];
+		    (size_t)a.conf.geoip_cache_records,
+		    (size_t)(a.conf.batch_max_events / LOADER_LANES * 5 / 4 + 1), a.loader,
+		    lane_done, &a };
 
 		if ((a.builder = builder_new(&bc, errstr, sizeof(errstr))) == NULL) {
 			log_fatalx("enrichment: %s", errstr);
 			rc = 1;
 			goto out;
 		}
-		lanes_of(&a, a.cur, lanes);
-		builder_set_targets(a.builder, lanes);
-	}
-	if ((a.loader = loader_new(a.conf.pg_dsn, a.conf.kafka_group, a.conf.kafka_topic, errstr,
-	    sizeof(errstr))) == NULL) {
-		log_fatalx("loader: %s", errstr);
-		rc = 1;
-		goto out;
 	}
 	if (a.conf.compact_interval_s > 0 && (a.compactor = compactor_start(a.conf.pg_dsn,
 	    (int)a.conf.compact_interval_s, errstr, sizeof(errstr))) == NULL) {
@@ -562,11 +448,8 @@ out:
 	consumer_close(a.cons);
 	compactor_stop(a.compactor);
 	metricsd_stop(a.metricsd);
+	builder_free(a.builder); /* its lanes load with the loader */
 	loader_free(a.loader);
-	builder_free(a.builder);
-	for (int i = 0; i < 2; i++)
-		for (int k = 0; k < LOADER_LANES; k++)
-			batch_free(&a.batches[i][k]);
 	{
 		struct ingest_stats st;
 		stats_get(&st);

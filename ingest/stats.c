@@ -166,9 +166,9 @@ stats_metrics(struct metrics *m, char *errstr, size_t errstr_size)
 		[M_REJECTS] = { METRICS_COUNTER, "linkpulse_ingest_rejects_total",
 		    "Malformed events kept in visit_reject." },
 		[M_BATCHES] = { METRICS_COUNTER, "linkpulse_ingest_batches_total",
-		    "Batches committed." },
+		    "Lane batches committed (each loading lane commits its share of a batch in a transaction of its own)." },
 		[M_FAILURES] = { METRICS_COUNTER, "linkpulse_ingest_batch_failures_total",
-		    "Batches rolled back (retried from the stored offsets)." },
+		    "Lane batches rolled back or messages that could not be built (retried from the stored offsets)." },
 		[M_DUPLICATES] = { METRICS_COUNTER, "linkpulse_ingest_duplicates_total",
 		    "Valid events already stored (replays)." },
 		[M_LOST] = { METRICS_COUNTER, "linkpulse_ingest_lost_ranges_total",
@@ -195,7 +195,7 @@ stats_metrics(struct metrics *m, char *errstr, size_t errstr_size)
 	    "High watermark minus the next offset to load, per partition, after the last "
 	    "commit (NaN while unknown).", "partition", errstr, errstr_size)) == NULL ||
 	    (f = metrics_histogram(m, "linkpulse_ingest_batch_duration_seconds",
-	    "Time to load one batch: COPY, rollups and commit.", NULL, metrics_latency_buckets,
+	    "Time to load one lane batch: COPY, rollups and commit.", NULL, metrics_latency_buckets,
 	    metrics_latency_nbuckets, errstr, errstr_size)) == NULL)
 		return -1;
 	if (metrics_on_collect(m, collect, NULL) < 0) {
