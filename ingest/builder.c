@@ -12,7 +12,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 struct builder;
 
@@ -34,7 +33,6 @@ struct lane {
 	struct batch buf[2];          /* owned: buf[cur] is open (build thread's) */
 	int cur;
 	struct batch *job;            /* with the load thread; NULL: it is idle */
-	double job_t0;                /* when job was handed over (s, monotonic) */
 };
 
 struct builder {
@@ -42,29 +40,16 @@ struct builder {
 	struct loader *loader;
 	builder_done_cb *done;
 	void *ctx;
-	atomic_int failed;
-	pthread_mutex_t err_mtx;
-	char err[512];                /* the first failure's, under err_mtx */
+	atomic_int failed;            /* a build or load failed: drop until builder_reset */
 };
 
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
+/* A message of lane k could not be queued, built or closed: the lanes drop
+ * what they hold, and done tells why. */
 static void
-set_failed(struct builder *b, const char *err)
+fail(struct builder *b, int k, const char *err)
 {
-	pthread_mutex_lock(&b->err_mtx);
-	if (!atomic_load(&b->failed)) {
-		errstr_set(b->err, sizeof(b->err), "%s", err);
-		atomic_store(&b->failed, 1);
-	}
-	pthread_mutex_unlock(&b->err_mtx);
+	atomic_store(&b->failed, 1);
+	b->done(b->ctx, k, NULL, -1, NULL, err);
 }
 
 /* Builds one message into the lane's open batch; 0 or -1 (err set). */
@@ -97,7 +82,6 @@ close_open(struct lane *ln)
 		batch_reset(open);
 	} else {
 		ln->job = open;
-		ln->job_t0 = now_s();
 		ln->cur = !ln->cur;
 		pthread_cond_signal(&ln->loadable);
 	}
@@ -142,10 +126,8 @@ build_main(void *arg)
 				close_open(ln);
 				continue;
 			}
-			if (!atomic_load(&b->failed) && build(ln, work[i], err, sizeof(err)) < 0) {
-				set_failed(b, err);
-				b->done(b->ctx, ln->k, NULL, -1, NULL, err, 0);
-			}
+			if (!atomic_load(&b->failed) && build(ln, work[i], err, sizeof(err)) < 0)
+				fail(b, ln->k, err);
 			rd_kafka_message_destroy(work[i]);
 		}
 
@@ -171,7 +153,6 @@ load_main(void *arg)
 		if (ln->quit)
 			break;
 		struct batch *job = ln->job;
-		double t0 = ln->job_t0;
 		pthread_mutex_unlock(&ln->mtx);
 
 		struct loader_result res;
@@ -179,8 +160,8 @@ load_main(void *arg)
 		int rc = loader_lane_load(b->loader, ln->k, job, &res, err, sizeof(err));
 
 		if (rc < 0)
-			set_failed(b, err);
-		b->done(b->ctx, ln->k, job, rc, &res, err, now_s() - t0);
+			atomic_store(&b->failed, 1);
+		b->done(b->ctx, ln->k, job, rc, &res, err);
 		batch_reset(job);
 		pthread_mutex_lock(&ln->mtx);
 		ln->job = NULL;
@@ -240,7 +221,6 @@ builder_new(const struct builder_conf *bc, char *errstr, size_t errstr_size)
 	b->done = bc->done;
 	b->ctx = bc->ctx;
 	atomic_init(&b->failed, 0);
-	pthread_mutex_init(&b->err_mtx, NULL);
 	for (int k = 0; k < LOADER_LANES; k++) {
 		struct lane *ln = &b->lane[k];
 
@@ -284,7 +264,6 @@ builder_free(struct builder *b)
 		return;
 	for (int k = 0; k < LOADER_LANES; k++)
 		lane_stop(&b->lane[k]);
-	pthread_mutex_destroy(&b->err_mtx);
 	free(b);
 }
 
@@ -327,8 +306,7 @@ builder_push(struct builder *b, rd_kafka_message_t *m)
 
 		errstr_set(err, sizeof(err), "lane %d: partition %d offset %lld: out of memory",
 		    ln->k, (int)m->partition, (long long)m->offset);
-		set_failed(b, err);
-		b->done(b->ctx, ln->k, NULL, -1, NULL, err, 0);
+		fail(b, ln->k, err);
 		rd_kafka_message_destroy(m);
 	}
 }
@@ -338,20 +316,17 @@ builder_close(struct builder *b)
 {
 	for (int k = 0; k < LOADER_LANES; k++) {
 		struct lane *ln = &b->lane[k];
+		int rc;
 
 		pthread_mutex_lock(&ln->mtx);
 		while (ln->closes > 0 && !ln->quit)
 			pthread_cond_wait(&ln->changed, &ln->mtx);
-		if (enqueue(ln, NULL) == 0)
+		if ((rc = enqueue(ln, NULL)) == 0)
 			ln->closes++;
-		else if (!atomic_load(&b->failed)) {
-			/* the open batch cannot be closed: drop it and re-read */
-			pthread_mutex_unlock(&ln->mtx);
-			set_failed(b, "closing a batch: out of memory");
-			b->done(b->ctx, k, NULL, -1, NULL, "closing a batch: out of memory", 0);
-			continue;
-		}
 		pthread_mutex_unlock(&ln->mtx);
+		/* the open batch cannot be closed: drop it and re-read */
+		if (rc < 0 && !atomic_load(&b->failed))
+			fail(b, k, "closing a batch: out of memory");
 	}
 }
 
@@ -369,14 +344,9 @@ builder_drain(struct builder *b)
 }
 
 int
-builder_failed(struct builder *b, char *err, size_t err_size)
+builder_failed(struct builder *b)
 {
-	if (!atomic_load(&b->failed))
-		return 0;
-	pthread_mutex_lock(&b->err_mtx);
-	errstr_set(err, err_size, "%s", b->err);
-	pthread_mutex_unlock(&b->err_mtx);
-	return 1;
+	return atomic_load(&b->failed);
 }
 
 void
@@ -390,8 +360,5 @@ builder_reset(struct builder *b)
 		batch_reset(&ln->buf[ln->cur]);
 		pthread_mutex_unlock(&ln->mtx);
 	}
-	pthread_mutex_lock(&b->err_mtx);
-	b->err[0] = '\0';
 	atomic_store(&b->failed, 0);
-	pthread_mutex_unlock(&b->err_mtx);
 }

@@ -17,11 +17,11 @@ struct builder;
 
 /* Called on lane's loading thread after each load (rc 0: committed, *res
  * filled; -1: rolled back, nothing of the batch stored, err says why) with
- * the batch still intact and seconds the load took; and after a message
- * could not be built (batch and res NULL, rc -1). Must be thread-safe: the
- * lanes call it at once. */
+ * the batch still intact; and after a message could not be queued, built or
+ * closed (batch and res NULL, rc -1). Must be thread-safe: the lanes call it
+ * at once. */
 typedef void builder_done_cb(void *ctx, int lane, const struct batch *batch, int rc,
-                             const struct loader_result *res, const char *err, double seconds);
+                             const struct loader_result *res, const char *err);
 
 /* Settings of each lane (the strings are read at builder_new only). */
 struct builder_conf {
@@ -54,9 +54,9 @@ void builder_close(struct builder *b);
 /* Waits until every lane has built everything queued and loaded every
  * closed batch (messages after the last close stay in the open batch). */
 void builder_drain(struct builder *b);
-/* 1 (err filled) once a build or a load failed: from then on the lanes drop
- * what they are given until builder_reset; 0 otherwise. */
-int builder_failed(struct builder *b, char *err, size_t err_size);
+/* 1 once a build or a load failed (done told why): from then on the lanes
+ * drop what they are given until builder_reset; 0 otherwise. */
+int builder_failed(struct builder *b);
 /* After a failure: waits for the lanes, drops every open batch and clears
  * the failure. The caller then re-reads from the stored offsets. */
 void builder_reset(struct builder *b);

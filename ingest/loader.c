@@ -704,11 +704,12 @@ again:
 		remember_month(l, pending[i]);
 	if (probe && l->probe_batches > 0)
 		l->probe_batches--;
+	res->seconds = (mono_ms() - t0) / 1e3;
 	log_debug("loaded %zu rows (%llu new): probe %.1f ms, COPY visit_record %.1f ms (rollups"
 	    " in C on a thread meanwhile, then waited %.1f ms), COPY rollups %.1f ms,"
 	    " link_hour/total/orphan upserts %.1f ms, total %.1f ms", b->rows,
 	    (unsigned long long)res->inserted, t1 - t0, t2 - t1, tc - t2, t4 - t3, t5 - t4,
-	    mono_ms() - t0);
+	    res->seconds * 1e3);
 	return 0;
 fail:
 	free(keep);

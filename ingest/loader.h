@@ -22,6 +22,7 @@ struct loader_result {
 	uint64_t inserted;   /* new visit_record rows */
 	uint64_t duplicates; /* rows already stored (same id and visit_time) */
 	uint64_t rejects;    /* visit_reject rows written (or already there) */
+	double seconds;      /* the load, from its BEGIN (or first try) to its COMMIT */
 };
 
 /* dsn, group and topic are copied; connects lazily. Returns a loader the

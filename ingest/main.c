@@ -151,7 +151,7 @@ now_ms(void)
  * threads. */
 static void
 lane_done(void *ctx, int lane, const struct batch *b, int rc, const struct loader_result *res,
-          const char *err, double seconds)
+          const char *err)
 {
 	struct app *a = ctx;
 
@@ -165,7 +165,7 @@ lane_done(void *ctx, int lane, const struct batch *b, int rc, const struct loade
 			    "retrying from the stored offsets", lane, b->messages, err);
 		return;
 	}
-	stats_observe_batch(seconds);
+	stats_observe_batch(res->seconds);
 	stats_add_batch(b->messages, res->inserted, res->duplicates, res->rejects);
 	for (int32_t i = 0; i < b->ntouched; i++)
 		consumer_update_lag(a->cons, b->touched[i], b->next_offset[b->touched[i]]);
@@ -243,7 +243,7 @@ out_of_range(struct app *a, int32_t p, int64_t at, const char *what)
 	char reason[512], err[512];
 
 	drain(a);
-	if (a->failed || builder_failed(a->builder, err, sizeof(err)))
+	if (a->failed || builder_failed(a->builder))
 		return;
 	from = consumer_expected(a->cons, p);
 	if (from < 0)
@@ -335,14 +335,13 @@ static void
 run(struct app *a)
 {
 	int64_t last_log = now_ms();
-	char err[512];
 
 	while (!stop_flag) {
 		rd_kafka_message_t *m;
 
 		if (hup_flag)
 			reload(a);
-		if (a->failed || builder_failed(a->builder, err, sizeof(err))) {
+		if (a->failed || builder_failed(a->builder)) {
 			recover(a);
 			continue;
 		}
