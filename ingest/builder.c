@@ -288,12 +288,9 @@ enqueue(struct lane *ln, rd_kafka_message_t *m)
 }
 
 void
-builder_push(struct builder *b, rd_kafka_message_t *m)
+builder_push(struct builder *b, int lane, rd_kafka_message_t *m)
 {
-	/* A partition stays in one lane for good: the lanes commit on their
-	 * own, so a partition split between two could have its offsets stored
-	 * out of order. */
-	struct lane *ln = &b->lane[m->partition % LOADER_LANES];
+	struct lane *ln = &b->lane[lane >= 0 && lane < LOADER_LANES ? lane : 0];
 	int rc;
 
 	pthread_mutex_lock(&ln->mtx);

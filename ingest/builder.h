@@ -1,8 +1,8 @@
-/* builder.h - the loading lanes: lane k takes the messages of partitions
- * p % LOADER_LANES == k, builds them into a batch on a thread of its own
- * (parse, validation, enrichment, COPY rows) and loads each closed batch on
- * a second thread of its own, so a lane goes on building while it loads and
- * never waits for the other lane. */
+/* builder.h - the loading lanes: lane k takes the messages of the partitions
+ * the consumer gives it (consumer_lane), builds them into a batch on a thread
+ * of its own (parse, validation, enrichment, COPY rows) and loads each closed
+ * batch on a second thread of its own, so a lane goes on building while it
+ * loads and never waits for the other lane. */
 #ifndef LP_INGEST_BUILDER_H
 #define LP_INGEST_BUILDER_H
 
@@ -43,8 +43,11 @@ struct builder *builder_new(const struct builder_conf *bc, char *errstr, size_t 
 void builder_free(struct builder *b);
 
 /* Queues m (a message without error; ownership passes to the builder) for
- * its partition's lane: built into the lane's open batch, then destroyed. */
-void builder_push(struct builder *b, rd_kafka_message_t *m);
+ * lane (0..LOADER_LANES-1): built into the lane's open batch, then destroyed.
+ * A partition's messages must all go to one lane until the lanes are drained
+ * (builder_drain or builder_reset): the lanes commit on their own, so a
+ * partition split between two could have its offsets stored out of order. */
+void builder_push(struct builder *b, int lane, rd_kafka_message_t *m);
 /* Closes every lane's open batch at this point of its queue: the lane loads
  * it once it is built and the lane's previous batch is loaded (an empty one
  * is dropped). Waits first while a lane has not yet handed over the batch of

@@ -1,9 +1,11 @@
 /* consumer.c - librdkafka consumer group member (style of kcat): eager
  * rebalance callback that assigns at the offsets stored in PostgreSQL (no row:
- * offset 0, so anything the broker dropped is reported, not skipped). */
+ * offset 0, so anything the broker dropped is reported, not skipped) and
+ * spreads the partitions over the loading lanes by backlog. */
 #include "consumer.h"
 
 #include "errstr.h"
+#include "lanes.h"
 #include "log.h"
 #include "stats.h"
 
@@ -19,7 +21,8 @@ struct consumer {
 	void (*drain)(void *ctx);
 	void *ctx;
 	int64_t *expected;  /* indexed by partition, -1 unassigned */
-	int32_t nexpected;
+	int *lane;          /* indexed by partition: its loading lane */
+	int32_t nexpected;  /* entries of both */
 };
 
 static void
@@ -29,25 +32,46 @@ sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
+/* Makes partition an index of c->expected and c->lane. Returns 0 or -1. */
+static int
+grow(struct consumer *c, int32_t partition)
+{
+	int32_t n = c->nexpected ? c->nexpected : 64;
+	int64_t *e;
+	int *l;
+
+	if (partition < c->nexpected)
+		return 0;
+	while (n <= partition)
+		n *= 2;
+	if ((e = realloc(c->expected, (size_t)n * sizeof(*e))) == NULL)
+		return -1;
+	c->expected = e;
+	if ((l = realloc(c->lane, (size_t)n * sizeof(*l))) == NULL)
+		return -1;
+	c->lane = l;
+	for (int32_t i = c->nexpected; i < n; i++) {
+		e[i] = -1;
+		l[i] = i % LOADER_LANES;
+	}
+	c->nexpected = n;
+	return 0;
+}
+
 void
 consumer_set_expected(struct consumer *c, int32_t partition, int64_t next)
 {
-	if (partition < 0)
+	if (partition < 0 || grow(c, partition) < 0)
 		return;
-	if (partition >= c->nexpected) {
-		int32_t n = c->nexpected ? c->nexpected : 64;
-		int64_t *e;
-
-		while (n <= partition)
-			n *= 2;
-		if ((e = realloc(c->expected, (size_t)n * sizeof(*e))) == NULL)
-			return;
-		for (int32_t i = c->nexpected; i < n; i++)
-			e[i] = -1;
-		c->expected = e;
-		c->nexpected = n;
-	}
 	c->expected[partition] = next;
+}
+
+int
+consumer_lane(struct consumer *c, int32_t partition)
+{
+	if (partition < 0 || partition >= c->nexpected)
+		return partition < 0 ? 0 : partition % LOADER_LANES;
+	return c->lane[partition];
 }
 
 int64_t
@@ -95,6 +119,69 @@ out:
 	return rc;
 }
 
+/* Spreads parts (their offsets: where reading starts) over the loading lanes
+ * by how many messages each has to catch up on, from the broker's end offsets
+ * (one ListOffsets request per broker). Called only with every lane drained,
+ * so no partition's messages are in two lanes at once. Without the end
+ * offsets the partitions alternate. */
+static void
+plan_lanes(struct consumer *c, const rd_kafka_topic_partition_list_t *parts)
+{
+	rd_kafka_topic_partition_list_t *ends = rd_kafka_topic_partition_list_copy(parts);
+	int n = parts->cnt, *lane = calloc((size_t)(n ? n : 1), sizeof(*lane));
+	int32_t *ids = calloc((size_t)(n ? n : 1), sizeof(*ids));
+	int64_t *backlog = calloc((size_t)(n ? n : 1), sizeof(*backlog));
+	int64_t total[LOADER_LANES] = { 0 };
+	int count[LOADER_LANES] = { 0 };
+	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__NOENT;
+	char line[256];
+	size_t off = 0;
+
+	if (ends == NULL || lane == NULL || ids == NULL || backlog == NULL) {
+		log_warnx("planning the loading lanes: out of memory; partition p goes to lane "
+		    "p %% %d", LOADER_LANES);
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		ends->elems[i].offset = RD_KAFKA_OFFSET_END; /* as a ListOffsets timestamp: latest */
+	if (n > 0 && (err = rd_kafka_offsets_for_times(c->rk, ends, 5000)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		log_warnx("end offsets of %s: %s; spreading its partitions over the lanes by count",
+		    c->topic, rd_kafka_err2str(err));
+	for (int i = 0; i < n; i++) {
+		const rd_kafka_topic_partition_t *e = &ends->elems[i];
+
+		ids[i] = parts->elems[i].partition;
+		backlog[i] = err == RD_KAFKA_RESP_ERR_NO_ERROR && e->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+		    e->offset > parts->elems[i].offset ? e->offset - parts->elems[i].offset : 0;
+	}
+	if (lanes_plan(ids, backlog, n, LOADER_LANES, lane) < 0) {
+		log_warnx("planning the loading lanes: out of memory; partition p goes to lane "
+		    "p %% %d", LOADER_LANES);
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		if (grow(c, ids[i]) < 0) {
+			log_warnx("planning the loading lanes: out of memory");
+			continue;
+		}
+		c->lane[ids[i]] = lane[i];
+		total[lane[i]] += backlog[i];
+		count[lane[i]]++;
+	}
+	for (int k = 0; k < LOADER_LANES && off < sizeof(line); k++) {
+		int w = snprintf(line + off, sizeof(line) - off, "%slane %d: %d partitions, %lld "
+		    "messages behind", k ? "; " : "", k, count[k], (long long)total[k]);
+		off += w > 0 ? (size_t)w : 0;
+	}
+	log_info("%s", line);
+out:
+	if (ends)
+		rd_kafka_topic_partition_list_destroy(ends);
+	free(lane);
+	free(ids);
+	free(backlog);
+}
+
 static void
 rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
              void *opaque)
@@ -108,6 +195,7 @@ rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 			return;
 		}
 		log_info("assigned %d partitions of %s at their stored offsets", parts->cnt, c->topic);
+		plan_lanes(c, parts);
 		rd_kafka_assign(rk, parts);
 	} else {
 		if (c->drain)
@@ -222,6 +310,7 @@ consumer_reseek(struct consumer *c)
 		rd_kafka_topic_partition_list_destroy(parts);
 		return -1;
 	}
+	plan_lanes(c, parts); /* drained above: e.g. a backlog after an outage */
 	rd_kafka_assign(c->rk, NULL);
 	if ((err = rd_kafka_assign(c->rk, parts)) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		log_error("re-assigning %d partitions: %s", parts->cnt, rd_kafka_err2str(err));
@@ -264,6 +353,7 @@ consumer_close(struct consumer *c)
 	rd_kafka_consumer_close(c->rk);
 	rd_kafka_destroy(c->rk);
 	free(c->expected);
+	free(c->lane);
 	free(c->topic);
 	free(c);
 }

@@ -39,10 +39,15 @@ rd_kafka_message_t *consumer_poll(struct consumer *c, int timeout_ms);
  * assignment, then last message + 1); -1 when the partition is not assigned. */
 int64_t consumer_expected(struct consumer *c, int32_t partition);
 void consumer_set_expected(struct consumer *c, int32_t partition, int64_t next);
+/* The loading lane (0..LOADER_LANES-1) of partition's messages. Set at each
+ * assignment and re-seek (when no lane holds a message), by backlog: see
+ * lanes.h. Until then, and for a partition not assigned, p % LOADER_LANES. */
+int consumer_lane(struct consumer *c, int32_t partition);
 
 /* Reads the stored offsets of every assigned partition from PostgreSQL
  * (retrying with backoff until it succeeds or *stop) and re-assigns them
- * there, discarding whatever was fetched. Returns 0, or -1 when stopped. */
+ * there, discarding whatever was fetched; the lanes are planned again (the
+ * drain hook runs first). Returns 0, or -1 when stopped. */
 int consumer_reseek(struct consumer *c);
 
 /* Low and high watermarks of partition asked from the broker. Returns 0 or -1. */

@@ -20,8 +20,8 @@
  * already stored (a replay from a redirector's spool, a partition loaded
  * again after a rebalance), counted again from every probe that finds one. */
 #define PROBE_BATCHES 16
-/* Connections loading at once, lane k for the partitions p % LANES == k
- * (the caller splits the batch so: builder.c). */
+/* Connections loading at once, lane k for the partitions the consumer gives
+ * it (consumer_lane; the builder splits the messages so). */
 #define LANES LOADER_LANES
 _Static_assert(LANES >= 2, "lane 0 loads on the loader's own connection, the others on peers");
 

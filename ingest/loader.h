@@ -13,8 +13,9 @@
 
 struct loader;
 
-/* A load is split by partition: lane k takes partitions p % LOADER_LANES ==
- * k, each on its own connection and in its own transaction. */
+/* A load is split by partition: lane k takes the partitions the consumer
+ * gives it (consumer_lane), each lane on its own connection and in its own
+ * transaction. */
 #define LOADER_LANES 2
 
 /* Outcome of one committed batch. */
@@ -32,9 +33,9 @@ struct loader *loader_new(const char *dsn, const char *group, const char *topic,
 /* Closes the connections and frees l (no load may be running). */
 void loader_free(struct loader *l);
 
-/* Loads b, holding only messages of lane k's partitions (p % LOADER_LANES ==
- * k), on lane k's connection in one transaction: its rows, rollups, rejects
- * and its partitions' next offsets. Returns 0 (committed; *res filled) or -1
+/* Loads b, holding only messages of lane k's partitions, on lane k's
+ * connection in one transaction: its rows, rollups, rejects and its
+ * partitions' next offsets. Returns 0 (committed; *res filled) or -1
  * (rolled back, nothing of b stored; errstr says why). One call per lane at
  * a time; lanes run at once. b stays the caller's. */
 int loader_lane_load(struct loader *l, int k, const struct batch *b, struct loader_result *res,

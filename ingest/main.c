@@ -309,7 +309,7 @@ handle_message(struct app *a, rd_kafka_message_t *m)
 		a->opened_ms = now_ms();
 	consumer_set_expected(a->cons, m->partition, m->offset + 1);
 	stats_add_consumed(1);
-	builder_push(a->builder, m);
+	builder_push(a->builder, consumer_lane(a->cons, m->partition), m);
 	return 1;
 }
 

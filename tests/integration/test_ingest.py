@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import time
 
@@ -380,6 +381,16 @@ def test_events_become_enriched_rows_and_rollups(procs, pg, broker):
     # offsets stored with the rows: next offset of each partition = its message count
     stored = int(pg.psql("SELECT sum(next_offset) FROM ingest_offset"))
     assert stored == len(events)
+    # the backlog found at assignment was spread over the two loading lanes
+    # evenly: within the biggest partition's messages of each other
+    m = re.search(r"lane 0: (\d+) partitions, (\d+) messages behind; "
+                  r"lane 1: (\d+) partitions, (\d+) messages behind", ing.output())
+    assert m, ing.output()[-3000:]
+    parts0, behind0, parts1, behind1 = map(int, m.groups())
+    biggest = int(pg.psql("SELECT max(next_offset) FROM ingest_offset"))
+    nparts = int(pg.psql("SELECT count(*) FROM ingest_offset"))
+    assert behind0 + behind1 == len(events) and parts0 + parts1 >= nparts, m.group(0)
+    assert abs(behind0 - behind1) <= biggest, (m.group(0), biggest)
 
 
 def test_malformed_events_rejected_and_replays_stored_once(procs, pg, broker):
