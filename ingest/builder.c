@@ -290,7 +290,7 @@ enqueue(struct lane *ln, rd_kafka_message_t *m)
 void
 builder_push(struct builder *b, int lane, rd_kafka_message_t *m)
 {
-	struct lane *ln = &b->lane[lane >= 0 && lane < LOADER_LANES ? lane : 0];
+	struct lane *ln = &b->lane[lane];
 	int rc;
 
 	pthread_mutex_lock(&ln->mtx);

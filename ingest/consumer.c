@@ -69,9 +69,7 @@ consumer_set_expected(struct consumer *c, int32_t partition, int64_t next)
 int
 consumer_lane(struct consumer *c, int32_t partition)
 {
-	if (partition < 0 || partition >= c->nexpected)
-		return partition < 0 ? 0 : partition % LOADER_LANES;
-	return c->lane[partition];
+	return partition >= 0 && partition < c->nexpected ? c->lane[partition] : 0;
 }
 
 int64_t
@@ -123,28 +121,28 @@ out:
  * by how many messages each has to catch up on, from the broker's end offsets
  * (one ListOffsets request per broker). Called only with every lane drained,
  * so no partition's messages are in two lanes at once. Without the end
- * offsets the partitions alternate. */
+ * offsets the partitions alternate; out of memory, the lanes stay as they were. */
 static void
 plan_lanes(struct consumer *c, const rd_kafka_topic_partition_list_t *parts)
 {
-	rd_kafka_topic_partition_list_t *ends = rd_kafka_topic_partition_list_copy(parts);
-	int n = parts->cnt, *lane = calloc((size_t)(n ? n : 1), sizeof(*lane));
-	int32_t *ids = calloc((size_t)(n ? n : 1), sizeof(*ids));
-	int64_t *backlog = calloc((size_t)(n ? n : 1), sizeof(*backlog));
-	int64_t total[LOADER_LANES] = { 0 };
-	int count[LOADER_LANES] = { 0 };
-	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__NOENT;
+	int n = parts->cnt, count[LOADER_LANES], *lane = NULL;
+	int64_t total[LOADER_LANES], *backlog = NULL;
+	int32_t *ids = NULL;
+	rd_kafka_topic_partition_list_t *ends = NULL;
+	rd_kafka_resp_err_t err;
 	char line[256];
 	size_t off = 0;
 
-	if (ends == NULL || lane == NULL || ids == NULL || backlog == NULL) {
-		log_warnx("planning the loading lanes: out of memory; partition p goes to lane "
-		    "p %% %d", LOADER_LANES);
-		goto out;
-	}
+	if (n == 0)
+		return;
+	if ((ends = rd_kafka_topic_partition_list_copy(parts)) == NULL ||
+	    (lane = calloc((size_t)n, sizeof(*lane))) == NULL ||
+	    (ids = calloc((size_t)n, sizeof(*ids))) == NULL ||
+	    (backlog = calloc((size_t)n, sizeof(*backlog))) == NULL)
+		goto oom;
 	for (int i = 0; i < n; i++)
 		ends->elems[i].offset = RD_KAFKA_OFFSET_END; /* as a ListOffsets timestamp: latest */
-	if (n > 0 && (err = rd_kafka_offsets_for_times(c->rk, ends, 5000)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+	if ((err = rd_kafka_offsets_for_times(c->rk, ends, 5000)) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		log_warnx("end offsets of %s: %s; spreading its partitions over the lanes by count",
 		    c->topic, rd_kafka_err2str(err));
 	for (int i = 0; i < n; i++) {
@@ -154,26 +152,20 @@ plan_lanes(struct consumer *c, const rd_kafka_topic_partition_list_t *parts)
 		backlog[i] = err == RD_KAFKA_RESP_ERR_NO_ERROR && e->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
 		    e->offset > parts->elems[i].offset ? e->offset - parts->elems[i].offset : 0;
 	}
-	if (lanes_plan(ids, backlog, n, LOADER_LANES, lane) < 0) {
-		log_warnx("planning the loading lanes: out of memory; partition p goes to lane "
-		    "p %% %d", LOADER_LANES);
-		goto out;
-	}
-	for (int i = 0; i < n; i++) {
-		if (grow(c, ids[i]) < 0) {
-			log_warnx("planning the loading lanes: out of memory");
-			continue;
-		}
-		c->lane[ids[i]] = lane[i];
-		total[lane[i]] += backlog[i];
-		count[lane[i]]++;
-	}
+	if (lanes_plan(ids, backlog, n, LOADER_LANES, lane, total, count) < 0)
+		goto oom;
+	for (int i = 0; i < n; i++)
+		if (grow(c, ids[i]) == 0)
+			c->lane[ids[i]] = lane[i];
 	for (int k = 0; k < LOADER_LANES && off < sizeof(line); k++) {
 		int w = snprintf(line + off, sizeof(line) - off, "%slane %d: %d partitions, %lld "
 		    "messages behind", k ? "; " : "", k, count[k], (long long)total[k]);
 		off += w > 0 ? (size_t)w : 0;
 	}
 	log_info("%s", line);
+	goto out;
+oom:
+	log_warnx("planning the loading lanes: out of memory; they stay as they were");
 out:
 	if (ends)
 		rd_kafka_topic_partition_list_destroy(ends);

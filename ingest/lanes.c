@@ -18,29 +18,23 @@ by_backlog(const void *pa, const void *pb)
 
 	if (a->backlog != b->backlog)
 		return a->backlog > b->backlog ? -1 : 1;
-	if (a->partition != b->partition)
-		return a->partition < b->partition ? -1 : 1;
-	return a->idx - b->idx;
+	return (a->partition > b->partition) - (a->partition < b->partition);
 }
 
 int
-lanes_plan(const int32_t *partition, const int64_t *backlog, int n, int nlanes, int *lane)
+lanes_plan(const int32_t *partition, const int64_t *backlog, int n, int nlanes, int *lane,
+           int64_t *lane_backlog, int *lane_count)
 {
 	struct item *it;
-	int64_t *load;
-	int *count;
 
+	for (int k = 0; k < nlanes; k++) {
+		lane_backlog[k] = 0;
+		lane_count[k] = 0;
+	}
 	if (n <= 0 || nlanes <= 0)
 		return 0;
-	it = calloc((size_t)n, sizeof(*it));
-	load = calloc((size_t)nlanes, sizeof(*load));
-	count = calloc((size_t)nlanes, sizeof(*count));
-	if (it == NULL || load == NULL || count == NULL) {
-		free(it);
-		free(load);
-		free(count);
+	if ((it = calloc((size_t)n, sizeof(*it))) == NULL)
 		return -1;
-	}
 	for (int i = 0; i < n; i++) {
 		it[i].backlog = backlog[i] > 0 ? backlog[i] : 0;
 		it[i].partition = partition[i];
@@ -51,14 +45,13 @@ lanes_plan(const int32_t *partition, const int64_t *backlog, int n, int nlanes, 
 		int best = 0;
 
 		for (int k = 1; k < nlanes; k++)
-			if (load[k] < load[best] || (load[k] == load[best] && count[k] < count[best]))
+			if (lane_backlog[k] < lane_backlog[best] ||
+			    (lane_backlog[k] == lane_backlog[best] && lane_count[k] < lane_count[best]))
 				best = k;
 		lane[it[i].idx] = best;
-		load[best] += it[i].backlog;
-		count[best]++;
+		lane_backlog[best] += it[i].backlog;
+		lane_count[best]++;
 	}
 	free(it);
-	free(load);
-	free(count);
 	return 0;
 }

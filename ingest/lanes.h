@@ -11,8 +11,10 @@
  * on are backlog[i] (negative counts as 0): largest backlog first (ties: the
  * lower partition), each to the lane with the smallest total so far (ties:
  * fewer partitions, then the lower lane). With no backlog anywhere the
- * partitions alternate. The arrays are the caller's. Returns 0, or -1 when
- * out of memory (lane untouched). */
-int lanes_plan(const int32_t *partition, const int64_t *backlog, int n, int nlanes, int *lane);
+ * partitions alternate. lane_backlog[k] and lane_count[k] (nlanes each) get
+ * lane k's total backlog and partitions. The arrays are the caller's.
+ * Returns 0, or -1 when out of memory (lane untouched). */
+int lanes_plan(const int32_t *partition, const int64_t *backlog, int n, int nlanes, int *lane,
+               int64_t *lane_backlog, int *lane_count);
 
 #endif

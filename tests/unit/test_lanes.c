@@ -42,7 +42,8 @@ run_cases(void)
 		char *fld[4], got[512];
 		int32_t part[MAXP];
 		int64_t backlog[MAXP];
-		int lane[MAXP], n, nlanes;
+		int lane[MAXP], n, nlanes, count[MAXP];
+		int64_t total[MAXP];
 		size_t off = 0;
 
 		lineno++;
@@ -56,7 +57,8 @@ run_cases(void)
 		CHECK(n > 0 && nlanes > 0, "%s: bad case", where);
 		if (n <= 0 || nlanes <= 0)
 			continue;
-		CHECK(lanes_plan(part, backlog, n, nlanes, lane) == 0, "%s: lanes_plan failed", where);
+		CHECK(nlanes <= MAXP && lanes_plan(part, backlog, n, nlanes, lane, total, count) == 0,
+		    "%s: lanes_plan failed", where);
 		got[0] = '\0';
 		for (int i = 0; i < n && off < sizeof(got); i++)
 			off += (size_t)snprintf(got + off, sizeof(got) - off, "%s%d", i ? "," : "",
@@ -86,9 +88,9 @@ test_generated(void)
 {
 	for (int round = 0; round < 2000; round++) {
 		int n = 1 + (int)(next_rand() % MAXP), nlanes = 2 + (int)(next_rand() % 3);
-		int zero = next_rand() % 5 == 0, lane[MAXP], count[4] = { 0 }, bad = 0;
+		int zero = next_rand() % 5 == 0, lane[MAXP], count[4] = { 0 }, bad = 0, pc[4];
 		int32_t part[MAXP];
-		int64_t backlog[MAXP], load[4] = { 0 }, biggest = 0, lo, hi;
+		int64_t backlog[MAXP], load[4] = { 0 }, pb[4], biggest = 0, lo, hi;
 
 		for (int i = 0; i < n; i++) {
 			uint64_t r = next_rand() % 1000;
@@ -99,7 +101,7 @@ test_generated(void)
 			if (backlog[i] > biggest)
 				biggest = backlog[i];
 		}
-		if (lanes_plan(part, backlog, n, nlanes, lane) < 0) {
+		if (lanes_plan(part, backlog, n, nlanes, lane, pb, pc) < 0) {
 			CHECK(0, "round %d: lanes_plan failed", round);
 			continue;
 		}
@@ -136,10 +138,12 @@ test_generated(void)
 int
 main(void)
 {
-	int lane[1] = { 7 };
+	int lane[1] = { 7 }, count[2];
+	int64_t total[2];
 
 	run_cases();
 	test_generated();
-	CHECK(lanes_plan(NULL, NULL, 0, 2, lane) == 0 && lane[0] == 7, "no partitions: no-op");
+	CHECK(lanes_plan(NULL, NULL, 0, 2, lane, total, count) == 0 && lane[0] == 7,
+	    "no partitions: no-op");
 	return unit_done("test_lanes");
 }
