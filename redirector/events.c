@@ -1,6 +1,6 @@
 /* events.c - the producer side of visit events: JSON (jansson) per visit,
  * encoded 64 at a time by the request thread that took them (or by the
- * encoder thread when a thread goes quiet), rd_kafka_producev without
+ * encoder thread when a thread goes quiet), rd_kafka_produce_batch without
  * blocking, failed deliveries reported on a poller thread (to the spool), and
  * a monitor thread that checks the broker and replays the spool through a
  * producer of its own. */
@@ -22,7 +22,7 @@
 
 struct events {
 	rd_kafka_t *rk;             /* live visits; reports failures only */
-	rd_kafka_topic_t *rkt;      /* the visits topic, made once: producev by
+	rd_kafka_topic_t *rkt;      /* the visits topic, made once: producing by
 	                             * name would look it up under the client's
 	                             * write lock on every event */
 	rd_kafka_t *rk_replay;      /* spool replays; reports every delivery */
@@ -452,10 +452,10 @@ set_str(struct local *l, int i, const char *s)
 	return 0;
 }
 
-/* Dumps the visit into l->buf (grown when it does not fit). Returns the
- * length, 0 on error. */
+/* Dumps the visit into l->buf from offset at (the buffer grown when it does
+ * not fit; bytes before at are kept). Returns the length, 0 on error. */
 static size_t
-event_json(struct local *l, const struct events_visit *v, uint64_t id)
+event_json(struct local *l, const struct events_visit *v, uint64_t id, size_t at)
 {
 	const char *s[NFIELDS];
 	size_t n;
@@ -479,62 +479,18 @@ event_json(struct local *l, const struct events_visit *v, uint64_t id)
 	for (int i = 0; i < NFIELDS; i++)
 		if (set_str(l, i, s[i]) < 0)
 			return 0;
-	n = json_dumpb(l->obj, l->buf, l->cap, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	if (n > l->cap) {
-		char *nb = realloc(l->buf, n);
+	n = json_dumpb(l->obj, l->buf + at, l->cap - at, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	if (n > l->cap - at) {
+		size_t cap = l->cap * 2 > at + n ? l->cap * 2 : at + n;
+		char *nb = realloc(l->buf, cap);
 
 		if (nb == NULL)
 			return 0;
 		l->buf = nb;
-		l->cap = n;
-		n = json_dumpb(l->obj, l->buf, l->cap, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		l->cap = cap;
+		n = json_dumpb(l->obj, l->buf + at, l->cap - at, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	}
-	return n <= l->cap ? n : 0;
-}
-
-/* Encodes one visit with l, the calling thread's state (NULL when it could
- * not be made: the visit is logged as lost), and hands it to librdkafka (or
- * the spool). */
-static void
-publish_now(struct events *ev, struct local *l, const struct events_visit *v, uint64_t id)
-{
-	size_t n, klen = strlen(v->code);
-	rd_kafka_resp_err_t err;
-
-	if (l == NULL || (n = event_json(l, v, id)) == 0) {
-		log_error("events: cannot encode the event for code %s", v->code);
-		return;
-	}
-	atomic_fetch_add_explicit(&l->events, 1, memory_order_relaxed);
-	if (atomic_load_explicit(&ev->fatal, memory_order_relaxed)) {
-		err = RD_KAFKA_RESP_ERR__FATAL;
-	} else {
-		/* F_COPY: librdkafka copies the value into the message's own
-		 * allocation, so l->buf is reused at once. */
-		err = rd_kafka_producev(ev->rk, RD_KAFKA_V_RKT(ev->rkt),
-		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(v->code, klen),
-		    RD_KAFKA_V_VALUE(l->buf, n),
-		    RD_KAFKA_V_TIMESTAMP(v->ts_us / 1000), RD_KAFKA_V_END);
-	}
-	if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-		/* release: a reader that sees the count sees the message queued
-		 * (live_delivered) */
-		atomic_fetch_add_explicit(&l->produced, 1, memory_order_release);
-	} else {
-		atomic_fetch_add(&ev->failed, 1);
-		to_spool(ev, v->code, klen, l->buf, n);
-		fail_log(ev, "producer refused an event", rd_kafka_err2str(err));
-	}
-}
-
-size_t
-events_encode(struct events *ev, const struct events_visit *v, uint64_t id, const char **out)
-{
-	struct local *l = local_get(ev);
-	size_t n = l != NULL ? event_json(l, v, id) : 0;
-
-	*out = n > 0 ? l->buf : NULL;
-	return n;
+	return n <= l->cap - at ? n : 0;
 }
 
 /* A request thread encodes and produces its visits itself, this many at a
@@ -544,6 +500,81 @@ events_encode(struct events *ev, const struct events_visit *v, uint64_t id, cons
  * to the other core and cost 2-5% more CPU per request (interleaved wrk runs,
  * eighteenth session). */
 #define LOCAL_BATCH 64
+
+/* Encodes visits v[0..n) (n <= LOCAL_BATCH; ids id[0..n)) with l, the
+ * calling thread's state (NULL when it could not be made: the visits are
+ * logged as lost), one after the other in l->buf, and hands them to
+ * librdkafka in one rd_kafka_produce_batch: the topic's lock and the clock
+ * are taken once for all of them. Those it refuses go to the spool. */
+static void
+publish_some(struct events *ev, struct local *l, const struct events_visit *const *v,
+             const uint64_t *id, int n)
+{
+	rd_kafka_message_t m[LOCAL_BATCH];
+	size_t off[LOCAL_BATCH], at = 0;
+	uint64_t good = 0;
+	int k = 0;
+
+	for (int i = 0; i < n; i++) {
+		size_t len = l != NULL ? event_json(l, v[i], id[i], at) : 0;
+
+		if (len == 0) {
+			log_error("events: cannot encode the event for code %s", v[i]->code);
+			continue;
+		}
+		memset(&m[k], 0, sizeof(m[k]));
+		m[k].key = (void *)v[i]->code;
+		m[k].key_len = strlen(v[i]->code);
+		m[k].len = len;
+		off[k++] = at;
+		at += len;
+	}
+	if (k == 0)
+		return;
+	atomic_fetch_add_explicit(&l->events, (uint64_t)k, memory_order_relaxed);
+	for (int i = 0; i < k; i++)
+		m[i].payload = l->buf + off[i];  /* l->buf no longer moves */
+	if (atomic_load_explicit(&ev->fatal, memory_order_relaxed)) {
+		for (int i = 0; i < k; i++)
+			m[i].err = RD_KAFKA_RESP_ERR__FATAL;
+	} else {
+		/* F_COPY: librdkafka copies each value into its message's own
+		 * allocation, so l->buf is reused at once. The partitioner
+		 * places each message by its key, as producev would. */
+		rd_kafka_produce_batch(ev->rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, m, k);
+	}
+	for (int i = 0; i < k; i++) {
+		if (m[i].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+			good++;
+			continue;
+		}
+		atomic_fetch_add(&ev->failed, 1);
+		to_spool(ev, m[i].key, m[i].key_len, m[i].payload, m[i].len);
+		fail_log(ev, "producer refused an event", rd_kafka_err2str(m[i].err));
+	}
+	/* release: a reader that sees the count sees the messages queued
+	 * (live_delivered) */
+	if (good > 0)
+		atomic_fetch_add_explicit(&l->produced, good, memory_order_release);
+}
+
+/* publish_some of one visit. */
+static void
+publish_now(struct events *ev, struct local *l, const struct events_visit *v, uint64_t id)
+{
+	publish_some(ev, l, &v, &id, 1);
+}
+
+size_t
+events_encode(struct events *ev, const struct events_visit *v, uint64_t id, const char **out)
+{
+	struct local *l = local_get(ev);
+	size_t n = l != NULL ? event_json(l, v, id, 0) : 0;
+
+	*out = n > 0 ? l->buf : NULL;
+	return n;
+}
+
 /* The encoder thread takes the visits of a thread that has not taken its
  * own list for this long (a thread that went quiet, or a slow trickle), so
  * a visit waits at most about this plus the encoder's nap (<= 16 ms). */
@@ -582,13 +613,16 @@ pending_new(const struct events_visit *v, uint64_t id)
 }
 
 /* Encodes, produces and frees a list taken whole (newest first), oldest
- * first, with l, the calling thread's state (see publish_now). Returns how
- * many. */
+ * first, LOCAL_BATCH at a time, with l, the calling thread's state (see
+ * publish_some). Returns how many. */
 static long
 publish_list(struct events *ev, struct local *l, struct pending *p)
 {
-	struct pending *rev = NULL, *next;
+	struct pending *rev = NULL, *next, *chunk[LOCAL_BATCH];
+	const struct events_visit *v[LOCAL_BATCH];
+	uint64_t id[LOCAL_BATCH];
 	long n = 0;
+	int k = 0;
 
 	for (; p != NULL; p = next) {
 		next = p->next;
@@ -597,9 +631,16 @@ publish_list(struct events *ev, struct local *l, struct pending *p)
 	}
 	for (p = rev; p != NULL; p = next) {
 		next = p->next;
-		publish_now(ev, l, &p->v, p->id);
-		free(p);
-		n++;
+		chunk[k] = p;
+		v[k] = &p->v;
+		id[k++] = p->id;
+		if (k == LOCAL_BATCH || next == NULL) {
+			publish_some(ev, l, v, id, k);
+			for (int i = 0; i < k; i++)
+				free(chunk[i]);
+			n += k;
+			k = 0;
+		}
 	}
 	return n;
 }
