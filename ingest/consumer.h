@@ -41,8 +41,8 @@ int64_t consumer_expected(struct consumer *c, int32_t partition);
 void consumer_set_expected(struct consumer *c, int32_t partition, int64_t next);
 /* The loading lane (0..LOADER_LANES-1) of partition's messages. Set at each
  * assignment and re-seek (when no lane holds a message), by backlog: see
- * lanes.h. Before the first plan p % LOADER_LANES; a partition never seen
- * (consumer_expected -1) gets 0. */
+ * lanes.h. Until a plan places it, p % LOADER_LANES (0 for a partition past
+ * every one seen so far). */
 int consumer_lane(struct consumer *c, int32_t partition);
 
 /* Reads the stored offsets of every assigned partition from PostgreSQL

@@ -501,14 +501,13 @@ event_json(struct local *l, const struct events_visit *v, uint64_t id, size_t at
  * eighteenth session). */
 #define LOCAL_BATCH 64
 
-/* Encodes visits v[0..n) (n <= LOCAL_BATCH; ids id[0..n)) with l, the
- * calling thread's state (NULL when it could not be made: the visits are
- * logged as lost), one after the other in l->buf, and hands them to
- * librdkafka in one rd_kafka_produce_batch: the topic's lock and the clock
+/* Encodes the visits p[0..n) (n <= LOCAL_BATCH; they stay the caller's)
+ * with l, the calling thread's state (NULL when it could not be made: the
+ * visits are logged as lost), one after the other in l->buf, and hands them
+ * to librdkafka in one rd_kafka_produce_batch: the topic's lock and the clock
  * are taken once for all of them. Those it refuses go to the spool. */
 static void
-publish_some(struct events *ev, struct local *l, const struct events_visit *const *v,
-             const uint64_t *id, int n)
+publish_some(struct events *ev, struct local *l, struct pending *const *p, int n)
 {
 	rd_kafka_message_t m[LOCAL_BATCH];
 	size_t off[LOCAL_BATCH], at = 0;
@@ -516,15 +515,16 @@ publish_some(struct events *ev, struct local *l, const struct events_visit *cons
 	int k = 0;
 
 	for (int i = 0; i < n; i++) {
-		size_t len = l != NULL ? event_json(l, v[i], id[i], at) : 0;
+		const struct events_visit *v = &p[i]->v;
+		size_t len = l != NULL ? event_json(l, v, p[i]->id, at) : 0;
 
 		if (len == 0) {
-			log_error("events: cannot encode the event for code %s", v[i]->code);
+			log_error("events: cannot encode the event for code %s", v->code);
 			continue;
 		}
 		memset(&m[k], 0, sizeof(m[k]));
-		m[k].key = (void *)v[i]->code;
-		m[k].key_len = strlen(v[i]->code);
+		m[k].key = (void *)v->code;
+		m[k].key_len = strlen(v->code);
 		m[k].len = len;
 		off[k++] = at;
 		at += len;
@@ -558,11 +558,14 @@ publish_some(struct events *ev, struct local *l, const struct events_visit *cons
 		atomic_fetch_add_explicit(&l->produced, good, memory_order_release);
 }
 
-/* publish_some of one visit. */
+/* publish_some of one visit (v's strings are only read during the call). */
 static void
 publish_now(struct events *ev, struct local *l, const struct events_visit *v, uint64_t id)
 {
-	publish_some(ev, l, &v, &id, 1);
+	struct pending one = { .next = NULL, .id = id, .v = *v };
+	struct pending *p = &one;
+
+	publish_some(ev, l, &p, 1);
 }
 
 size_t
@@ -619,8 +622,6 @@ static long
 publish_list(struct events *ev, struct local *l, struct pending *p)
 {
 	struct pending *rev = NULL, *next, *chunk[LOCAL_BATCH];
-	const struct events_visit *v[LOCAL_BATCH];
-	uint64_t id[LOCAL_BATCH];
 	long n = 0;
 	int k = 0;
 
@@ -631,11 +632,9 @@ publish_list(struct events *ev, struct local *l, struct pending *p)
 	}
 	for (p = rev; p != NULL; p = next) {
 		next = p->next;
-		chunk[k] = p;
-		v[k] = &p->v;
-		id[k++] = p->id;
+		chunk[k++] = p;
 		if (k == LOCAL_BATCH || next == NULL) {
-			publish_some(ev, l, v, id, k);
+			publish_some(ev, l, chunk, k);
 			for (int i = 0; i < k; i++)
 				free(chunk[i]);
 			n += k;
