@@ -1,6 +1,7 @@
-/* event.c - visit event v1 validation: every field of
- * schemas/visit_event.schema.json is checked (presence, type, bounds, no
- * unknown fields) so that a bad event is rejected, never loaded half-right. */
+/* event.c - visit event validation, both encodings of
+ * schemas/visit_event.schema.json (v2 array, v1 object): every field is checked
+ * (presence, type, bounds, nothing unknown) so a bad event is rejected, never
+ * loaded half-right. */
 #include "event.h"
 
 #include "errstr.h"
@@ -16,7 +17,8 @@ struct field {
 	size_t max_chars; /* strings: maxLength in characters (0: none) */
 };
 
-/* The schema's properties, "v" first (checked before anything else). */
+/* The schema's fields in v2's array order (v1 names them), "v" first (checked
+ * before anything else). */
 static const struct field fields[] = {
 	{ "v", F_INT, 0 },
 	{ "id", F_INT, 0 },
@@ -144,39 +146,49 @@ fill(json_t *const *val, struct event *ev, char *reason, size_t reason_size)
 	return 0;
 }
 
-int
-event_parse(const void *buf, size_t len, json_t **root, struct event *ev,
-            char *reason, size_t reason_size)
+/* v2: [2, id, ts, code, link_id, status, ip, user_agent, referer,
+ * accept_language, host, query], positions as in fields[]. Fills val[]. */
+static int
+array_fields(json_t *r, json_t **val, char *reason, size_t reason_size)
 {
-	json_error_t jerr;
-	json_t *r, *v, *val[NFIELDS];
-	const char *key;
-	size_t i, missing = 0;
+	size_t n = json_array_size(r);
 
-	*root = NULL;
-	if ((r = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr)) == NULL) {
-		errstr_set(reason, reason_size, "bad JSON: %s (line %d, column %d)",
-		    jerr.text, jerr.line, jerr.column);
+	if (n == 0) {
+		errstr_set(reason, reason_size, "missing field: v");
 		return -1;
 	}
-	if (!json_is_object(r)) {
-		errstr_set(reason, reason_size, "bad JSON: not an object");
-		goto bad;
+	val[0] = json_array_get(r, 0);
+	if (!json_is_integer(val[0]) || json_integer_value(val[0]) != 2)
+		return -2;
+	if (n > NFIELDS) {
+		errstr_set(reason, reason_size, "unknown field: [%zu] (%zu elements, expected %zu)",
+		    NFIELDS, n, NFIELDS);
+		return -1;
 	}
-	/* The version decides how the rest is read: check it first. */
-	if ((v = json_object_get(r, "v")) == NULL) {
-		errstr_set(reason, reason_size, "missing field: v");
-		goto bad;
+	if (n < NFIELDS) {
+		errstr_set(reason, reason_size, "missing field: %s ([%zu]; %zu elements, expected %zu)",
+		    fields[n].name, n, n, NFIELDS);
+		return -1;
 	}
-	if (!json_is_integer(v) || json_integer_value(v) != 1) {
-		char *txt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+	for (size_t i = 1; i < NFIELDS; i++)
+		val[i] = json_array_get(r, i);
+	return 0;
+}
 
-		errstr_set(reason, reason_size, "unknown schema version: %.64s",
-		    txt ? txt : "?");
-		free(txt);
-		goto bad;
+/* v1: an object with exactly the fields' names. Fills val[]. */
+static int
+object_fields(json_t *r, json_t **val, char *reason, size_t reason_size)
+{
+	const char *key;
+	json_t *v;
+	size_t i, missing = 0;
+
+	if ((val[0] = json_object_get(r, "v")) == NULL) {
+		errstr_set(reason, reason_size, "missing field: v");
+		return -1;
 	}
-	val[0] = v;
+	if (!json_is_integer(val[0]) || json_integer_value(val[0]) != 1)
+		return -2;
 	for (i = 1; i < NFIELDS; i++)
 		if ((val[i] = json_object_get(r, fields[i].name)) == NULL && missing == 0)
 			missing = i;
@@ -190,15 +202,52 @@ event_parse(const void *buf, size_t len, json_t **root, struct event *ev,
 					break;
 			if (i == NFIELDS) {
 				errstr_set(reason, reason_size, "unknown field: %.64s", key);
-				goto bad;
+				return -1;
 			}
 		}
 	}
 	if (missing) {
 		errstr_set(reason, reason_size, "missing field: %s", fields[missing].name);
+		return -1;
+	}
+	return 0;
+}
+
+int
+event_parse(const void *buf, size_t len, json_t **root, struct event *ev,
+            char *reason, size_t reason_size)
+{
+	json_error_t jerr;
+	json_t *r, *val[NFIELDS];
+	int rc;
+
+	*root = NULL;
+	if ((r = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr)) == NULL) {
+		errstr_set(reason, reason_size, "bad JSON: %s (line %d, column %d)",
+		    jerr.text, jerr.line, jerr.column);
+		return -1;
+	}
+	/* The version decides how the rest is read: check it first. */
+	if (json_is_array(r))
+		rc = array_fields(r, val, reason, reason_size);
+	else if (json_is_object(r))
+		rc = object_fields(r, val, reason, reason_size);
+	else {
+		errstr_set(reason, reason_size, "bad JSON: not an array or object");
 		goto bad;
 	}
-	for (i = 1; i < NFIELDS; i++)
+	if (rc == -2) {
+		char *txt = json_dumps(val[0], JSON_ENCODE_ANY | JSON_COMPACT);
+
+		errstr_set(reason, reason_size, "unknown schema version: %.64s (%s)",
+		    txt ? txt : "?", json_is_array(r) ? "an array must be version 2" :
+		    "an object must be version 1");
+		free(txt);
+		goto bad;
+	}
+	if (rc < 0)
+		goto bad;
+	for (size_t i = 1; i < NFIELDS; i++)
 		if (check_field(&fields[i], val[i], reason, reason_size) < 0)
 			goto bad;
 	if (fill(val, ev, reason, reason_size) < 0)

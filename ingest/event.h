@@ -1,6 +1,6 @@
-/* event.h - parses and validates one visit event (schemas/visit_event.schema.json,
- * version 1) from a Kafka message value with jansson; a failure gives the
- * reason stored in visit_reject (naming the field). */
+/* event.h - parses and validates one visit event (schemas/visit_event.schema.json:
+ * version 2, a positional array, or version 1, an object) from a Kafka message
+ * value with jansson; a failure gives the reason stored in visit_reject. */
 #ifndef LP_INGEST_EVENT_H
 #define LP_INGEST_EVENT_H
 
@@ -31,11 +31,15 @@ struct event {
 	const char *query;
 };
 
-/* Parses len bytes at buf into *ev. On success returns 0 and *root, owned
- * by the caller (json_decref), holds the strings ev points to. On a
- * malformed event returns -1 with *root NULL and reason set, e.g.
- * "bad JSON: ...", "missing field: ts", "wrong type: ts: expected integer",
- * "unknown schema version: 2", "unknown field: foo",
+/* Parses len bytes at buf into *ev: [2, id, ts, code, link_id, status, ip,
+ * user_agent, referer, accept_language, host, query] (what the redirector
+ * writes since version 2) or {"v": 1, "id": ..., ...} (version 1, still read:
+ * spooled or retained events of an older redirector). On success returns 0
+ * and *root, owned by the caller (json_decref), holds the strings ev points
+ * to. On a malformed event returns -1 with *root NULL and reason set, naming
+ * the field, e.g. "bad JSON: ...", "missing field: ts",
+ * "wrong type: ts: expected integer", "unknown schema version: 3 (...)",
+ * "unknown field: foo", "unknown field: [12] (13 elements, expected 12)",
  * "bad value: status: 200 is not one of 301, 302, 307, 308, 404, 410". */
 int event_parse(const void *buf, size_t len, json_t **root, struct event *ev,
                 char *reason, size_t reason_size);

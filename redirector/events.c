@@ -1,9 +1,9 @@
-/* events.c - the producer side of visit events: JSON (jansson) per visit,
- * encoded 64 at a time by the request thread that took them (or by the
- * encoder thread when a thread goes quiet), rd_kafka_produce_batch without
- * blocking, failed deliveries reported on a poller thread (to the spool), and
- * a monitor thread that checks the broker and replays the spool through a
- * producer of its own. */
+/* events.c - the producer side of visit events: JSON per visit (jansson;
+ * schema version 2, an array), encoded 64 at a time by the request thread that
+ * took them (or by the encoder thread when a thread goes quiet),
+ * rd_kafka_produce_batch without blocking, failed deliveries reported on a
+ * poller thread (to the spool), and a monitor thread that checks the broker
+ * and replays the spool through a producer of its own. */
 #include "events.h"
 #include "errstr.h"
 #include "eventid.h"
@@ -215,20 +215,28 @@ make_producer(struct events *ev, const struct events_conf *conf, int replay, cha
 
 /* ------------------------------------------------------------ JSON */
 
-/* The string fields of a visit, in the event's key order after "status". */
+/* The event is schemas/visit_event.schema.json version 2, a positional array
+ * (jansson parses and dumps it faster than an object, which must name every
+ * field: see README, The visit event):
+ * [2, id, ts, code, link_id, status, ip, user_agent, referer, accept_language,
+ *  host, query]. Positions of the non-string members: */
+enum { POS_V, POS_ID, POS_TS, POS_CODE, POS_LINK_ID, POS_STATUS, POS_IP };
+#define EVENT_VERSION 2
+
+/* The string fields of a visit, in the event's order. */
 enum { F_CODE, F_IP, F_UA, F_REFERER, F_LANG, F_HOST, F_QUERY, NFIELDS };
 
 #define VISIT_STR(m) offsetof(struct events_visit, m)
 
 static const struct {
-	const char *key;
+	size_t pos;          /* its position in the event */
 	size_t max;          /* bytes kept (the schema's maxLength) */
 	size_t off;          /* its member of struct events_visit */
 } fields[NFIELDS] = {
-	{ "code", 64, VISIT_STR(code) }, { "ip", 64, VISIT_STR(ip) },
-	{ "user_agent", 8192, VISIT_STR(user_agent) }, { "referer", 8192, VISIT_STR(referer) },
-	{ "accept_language", 1024, VISIT_STR(accept_language) },
-	{ "host", 1024, VISIT_STR(host) }, { "query", 8192, VISIT_STR(query) },
+	{ POS_CODE, 64, VISIT_STR(code) }, { POS_IP, 64, VISIT_STR(ip) },
+	{ POS_IP + 1, 8192, VISIT_STR(user_agent) }, { POS_IP + 2, 8192, VISIT_STR(referer) },
+	{ POS_IP + 3, 1024, VISIT_STR(accept_language) },
+	{ POS_IP + 4, 1024, VISIT_STR(host) }, { POS_IP + 5, 8192, VISIT_STR(query) },
 };
 
 /* String field i of a visit (borrowed; NULL when absent). */
@@ -283,18 +291,18 @@ inbox_push_list(struct events *ev, struct pending *head)
 	list_push(&ev->inbox, head, tail);
 }
 
-/* Per request thread: one event object reused for every visit (its value
+/* Per request thread: one event array reused for every visit (its value
  * nodes are updated in place, so a visit allocates only the copies of its
  * strings), the buffer it is dumped into, the thread's visits not yet
  * encoded, and its counters. Found through ev->tls; linked in ev->locals so
  * events_stats can add them up and the encoder thread can take the visits
  * of a thread that went quiet. */
 struct local {
-	json_t *obj;                  /* the event; holds a reference to each node */
+	json_t *arr;                  /* the event; holds a reference to each node */
 	json_t *id, *ts, *status, *link_id;
 	json_t *str[NFIELDS];
-	int present[NFIELDS];         /* str[i] (not null) is in obj */
-	int has_link;                 /* link_id (not null) is in obj */
+	int present[NFIELDS];         /* str[i] (not null) is in arr */
+	int has_link;                 /* link_id (not null) is in arr */
 	char *buf;                    /* owned, cap bytes */
 	size_t cap;
 	_Atomic uint64_t events, produced;
@@ -312,7 +320,7 @@ local_free(struct local *l)
 {
 	if (l == NULL)
 		return;
-	json_decref(l->obj);
+	json_decref(l->arr);
 	json_decref(l->id);
 	json_decref(l->ts);
 	json_decref(l->status);
@@ -360,7 +368,7 @@ local_get(struct events *ev)
 	l->ev = ev;
 	l->cap = 4096;
 	atomic_store(&l->flushed_ms, mono_ms());
-	l->obj = o = json_object();
+	l->arr = o = json_array();
 	l->id = json_integer(0);
 	l->ts = json_integer(0);
 	l->status = json_integer(0);
@@ -369,16 +377,16 @@ local_get(struct events *ev)
 		bad |= (l->str[i] = json_string("")) == NULL;
 	if (bad || o == NULL || l->id == NULL || l->ts == NULL || l->status == NULL ||
 	    l->link_id == NULL || (l->buf = malloc(l->cap)) == NULL ||
-	    json_object_set_new(o, "v", json_integer(1)) < 0 ||
-	    json_object_set(o, "id", l->id) < 0 || json_object_set(o, "ts", l->ts) < 0 ||
-	    json_object_set_new(o, "code", json_null()) < 0 ||
-	    json_object_set_new(o, "link_id", json_null()) < 0 ||
-	    json_object_set(o, "status", l->status) < 0) {
+	    json_array_append_new(o, json_integer(EVENT_VERSION)) < 0 ||
+	    json_array_append(o, l->id) < 0 || json_array_append(o, l->ts) < 0 ||
+	    json_array_append_new(o, json_null()) < 0 ||
+	    json_array_append_new(o, json_null()) < 0 ||
+	    json_array_append(o, l->status) < 0) {
 		local_free(l);
 		return NULL;
 	}
 	for (int i = F_IP; i < NFIELDS; i++)
-		if (json_object_set_new(o, fields[i].key, json_null()) < 0) {
+		if (json_array_append_new(o, json_null()) < 0) {
 			local_free(l);
 			return NULL;
 		}
@@ -424,7 +432,7 @@ set_str(struct local *l, int i, const char *s)
 	int same; /* the node holds s already: no new copy */
 
 	if (s == NULL) {
-		if (l->present[i] && json_object_set_new(l->obj, fields[i].key, json_null()) < 0)
+		if (l->present[i] && json_array_set_new(l->arr, fields[i].pos, json_null()) < 0)
 			return -1;
 		l->present[i] = 0;
 		return 0;
@@ -446,7 +454,7 @@ set_str(struct local *l, int i, const char *s)
 		if (n)
 			return -1;
 	}
-	if (!l->present[i] && json_object_set(l->obj, fields[i].key, l->str[i]) < 0)
+	if (!l->present[i] && json_array_set(l->arr, fields[i].pos, l->str[i]) < 0)
 		return -1;
 	l->present[i] = 1;
 	return 0;
@@ -471,15 +479,15 @@ event_json(struct local *l, const struct events_visit *v, uint64_t id, size_t at
 	if (want_link)
 		json_integer_set(l->link_id, v->link_id);
 	if (want_link != l->has_link) {
-		if ((want_link ? json_object_set(l->obj, "link_id", l->link_id) :
-		    json_object_set_new(l->obj, "link_id", json_null())) < 0)
+		if ((want_link ? json_array_set(l->arr, POS_LINK_ID, l->link_id) :
+		    json_array_set_new(l->arr, POS_LINK_ID, json_null())) < 0)
 			return 0;
 		l->has_link = want_link;
 	}
 	for (int i = 0; i < NFIELDS; i++)
 		if (set_str(l, i, s[i]) < 0)
 			return 0;
-	n = json_dumpb(l->obj, l->buf + at, l->cap - at, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	n = json_dumpb(l->arr, l->buf + at, l->cap - at, JSON_COMPACT);
 	if (n > l->cap - at) {
 		size_t cap = l->cap * 2 > at + n ? l->cap * 2 : at + n;
 		char *nb = realloc(l->buf, cap);
@@ -488,7 +496,7 @@ event_json(struct local *l, const struct events_visit *v, uint64_t id, size_t at
 			return 0;
 		l->buf = nb;
 		l->cap = cap;
-		n = json_dumpb(l->obj, l->buf + at, l->cap - at, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		n = json_dumpb(l->arr, l->buf + at, l->cap - at, JSON_COMPACT);
 	}
 	return n <= l->cap - at ? n : 0;
 }

@@ -74,8 +74,8 @@ void events_close(struct events *ev);
 uint64_t events_publish(struct events *ev, const struct events_visit *v);
 
 /* The JSON of visit v with event id id, made as events_publish makes it (the
- * calling thread's event object, updated in place, then json_dumpb): returns
- * its length and points *out at it (the thread's buffer, owned by ev, valid
+ * calling thread's event array, schema version 2, updated in place, then
+ * json_dumpb): returns its length and points *out at it (the thread's buffer, owned by ev, valid
  * until the thread's next encoding), or 0 and NULL when it cannot be made.
  * For benchmarks. */
 size_t events_encode(struct events *ev, const struct events_visit *v, uint64_t id,

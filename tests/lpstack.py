@@ -32,6 +32,35 @@ SANITIZER_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime erro
                           r"SUMMARY: (Address|Undefined|Leak)")
 
 
+# The visit event's fields in schema version 2's array order
+# (schemas/visit_event.schema.json; version 1 is an object with these names).
+EVENT_FIELDS = ("v", "id", "ts", "code", "link_id", "status", "ip", "user_agent", "referer",
+                "accept_language", "host", "query")
+
+
+def encode_event(ev, compact=True):
+    """The bytes of event dict ev as a redirector writes them: version 2, a
+    JSON array in EVENT_FIELDS order ("v" 2 or absent). A dict with "v" 1, or
+    with missing or unknown keys, is sent as the object it is (version 1, or a
+    malformed event)."""
+    import json
+    seps = (",", ":") if compact else None
+    if ev.get("v", 2) == 2 and set(ev) <= set(EVENT_FIELDS) and \
+            set(EVENT_FIELDS[1:]) <= set(ev):
+        return json.dumps([2] + [ev[k] for k in EVENT_FIELDS[1:]], separators=seps).encode()
+    return json.dumps(ev, separators=seps).encode()
+
+
+def decode_event(raw):
+    """A message value as a dict keyed by field name, whichever version."""
+    import json
+    ev = json.loads(raw)
+    if isinstance(ev, list):
+        assert len(ev) == len(EVENT_FIELDS) and ev[0] == 2, ev
+        return dict(zip(EVENT_FIELDS, ev))
+    return ev
+
+
 def sanitizer_report(text):
     """Returns the first sanitizer report line in text, or None."""
     m = SANITIZER_RE.search(text or "")

@@ -175,7 +175,7 @@ def parse_cost(bin_dir, work, events):
     path = os.path.join(work, "events.jsonl")
     with open(path, "w") as f:
         for e in events:
-            f.write(json.dumps(e, separators=(",", ":")) + "\n")
+            f.write(lpstack.encode_event(e).decode() + "\n")
     r = subprocess.run([os.path.join(bin_dir, "bench_parse"), path, "3"],
                        capture_output=True, text=True)
     os.unlink(path)

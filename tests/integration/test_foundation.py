@@ -159,6 +159,16 @@ def test_visit_event_schema_accepts_example_and_rejects_bad():
     ok = {"v": 1, "id": 123, "ts": 1700000000000000, "code": "abc123", "link_id": None,
           "status": 404, "ip": "203.0.113.9", "user_agent": "curl/8", "referer": None,
           "accept_language": None, "host": "s.test", "query": None}
+    # version 1: an object with the fields' names
     assert not list(v.iter_errors(ok))
     assert list(v.iter_errors(dict(ok, v=2)))
     assert list(v.iter_errors(dict(ok, extra=1)))
+    # version 2: the same fields as a positional array
+    arr = json.loads(lpstack.encode_event(dict(ok, v=2)))
+    assert arr[0] == 2 and arr[1:] == [ok[k] for k in lpstack.EVENT_FIELDS[1:]]
+    assert not list(v.iter_errors(arr))
+    assert lpstack.decode_event(json.dumps(arr)) == dict(ok, v=2)
+    assert list(v.iter_errors([1] + arr[1:]))
+    assert list(v.iter_errors(arr + [None]))
+    assert list(v.iter_errors(arr[:-1]))
+    assert list(v.iter_errors(arr[:5] + ["302"] + arr[6:]))

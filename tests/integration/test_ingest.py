@@ -78,7 +78,7 @@ class EventGen:
         ms = self.base_ms + self.seq
         link = self.rng.choice(self.links + [None])
         ev = {
-            "v": 1,
+            "v": 2,
             "id": ((ms - EPOCH_2024_MS) << 22) | (self.worker << 12) | (self.seq & 0xFFF),
             "ts": ms * 1000 + self.rng.randrange(1000),
             "code": f"c{link}" if link else self.rng.choice(["nope1", "nope2"]),
@@ -104,10 +104,11 @@ def producer(bootstrap, **conf):
 
 def produce(bootstrap, topic, values, partition=None, prod=None, key_field="code",
             compact=False):
-    """Produces values (dicts become JSON, bytes as is) keyed by key_field (the
-    redirector keys by code); waits for delivery and returns [(partition, offset)].
-    compact: JSON without spaces, as the redirector writes it."""
-    seps = (",", ":") if compact else None
+    """Produces values (dicts become JSON as lpstack.encode_event makes it: a
+    version 2 array unless "v" is 1 or the keys are not the schema's; bytes as
+    is) keyed by key_field (the redirector keys by code); waits for delivery
+    and returns [(partition, offset)]. compact: JSON without spaces, as the
+    redirector writes it."""
     p = prod or producer(bootstrap)
     done, errors = [], []
 
@@ -117,7 +118,7 @@ def produce(bootstrap, topic, values, partition=None, prod=None, key_field="code
         else:
             done.append((msg.partition(), msg.offset()))
     for v in values:
-        raw = v if isinstance(v, (bytes, bytearray)) else json.dumps(v, separators=seps).encode()
+        raw = v if isinstance(v, (bytes, bytearray)) else lpstack.encode_event(v, compact)
         key = (str(v.get(key_field)) if isinstance(v, dict) else "raw").encode()
         kw = {} if partition is None else {"partition": partition}
         while True:
@@ -395,26 +396,37 @@ def test_events_become_enriched_rows_and_rollups(procs, pg, broker):
 
 def test_malformed_events_rejected_and_replays_stored_once(procs, pg, broker):
     gen = EventGen(seed=5)
-    good = [gen.event() for _ in range(200)]
-    missing = gen.event()
+    # version 2 arrays (what redirectors write) and version 1 objects (what
+    # older ones wrote, still in the topic or a spool) alike
+    good = [gen.event(v=1 if i % 4 == 0 else 2) for i in range(200)]
+    missing = gen.event(v=1)
     del missing["ts"]
+
+    def arr(**over):
+        return json.loads(lpstack.encode_event(gen.event(**over)))
     bad = [
         (b"{not json", "bad JSON"),
         (json.dumps(missing).encode(), "missing field: ts"),
-        (json.dumps(gen.event(status="302")).encode(), "wrong type: status"),
-        (json.dumps(gen.event(v=2)).encode(), "unknown schema version"),
-        (json.dumps(gen.event(extra=1)).encode(), "unknown field: extra"),
-        (json.dumps(gen.event(id=1.5)).encode(), "wrong type: id"),
-        (json.dumps(gen.event(status=200)).encode(), "bad value: status"),
+        (json.dumps(gen.event(v=1, status="302")).encode(), "wrong type: status"),
+        (json.dumps(gen.event(v=3)).encode(), "unknown schema version: 3"),
+        (json.dumps(gen.event(v=1, extra=1)).encode(), "unknown field: extra"),
+        (json.dumps(gen.event(v=1, id=1.5)).encode(), "wrong type: id"),
+        (json.dumps(gen.event(v=1, status=200)).encode(), "bad value: status"),
         (b"", "bad JSON"),
         (b"\xff\xfe garbage", "bad JSON"),
-        (json.dumps([1, 2]).encode(), "bad JSON: not an object"),
+        (json.dumps([1, 2]).encode(), "unknown schema version: 1 (an array must be version 2)"),
+        (json.dumps(arr()[:5]).encode(), "missing field: status"),
+        (json.dumps(arr() + [0]).encode(), "unknown field: [12]"),
+        (json.dumps(arr(status="302")).encode(), "wrong type: status"),
+        (json.dumps(arr(ts=-5)).encode(), "bad value: ts"),
+        (json.dumps(arr(user_agent=7)).encode(), "wrong type: user_agent"),
     ]
+    assert len(bad) <= len(good) // 10
     mixed = []
     for i, g in enumerate(good):
         mixed.append(g)
-        if i % 20 == 0 and bad:
-            mixed.append(bad[i // 20][0])
+        if i % 10 == 0 and i // 10 < len(bad):
+            mixed.append(bad[i // 10][0])
     # replays: the same event again in the same and in other partitions
     dups = good[:30]
     produce(broker.bootstrap, broker.topic, mixed)

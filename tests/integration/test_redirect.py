@@ -66,10 +66,12 @@ def start(procs, pg, redis, broker, workdir, extra=None, name="spool"):
     return Red(port, r.stdout.split()[-1], pg, p, redis, broker)
 
 
-def read_events(broker, want, timeout=30.0, pred=None, stamps=None):
+def read_events(broker, want, timeout=30.0, pred=None, stamps=None, raws=None):
     """Reads the whole topic until `want` events matching pred were seen (or
-    timeout); returns every (key, event) read that matches pred. stamps, a
-    dict, gets each such event's Kafka message timestamp (ms) by event id."""
+    timeout); returns every (key, event) read that matches pred, the event a
+    dict keyed by field name (lpstack.decode_event). stamps, a dict, gets each
+    such event's Kafka message timestamp (ms) by event id; raws, a dict, its
+    JSON as sent (a version 2 array) by event id."""
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"t{time.time_ns()}",
                   "enable.auto.commit": False, "log_level": 3})
     try:
@@ -81,15 +83,17 @@ def read_events(broker, want, timeout=30.0, pred=None, stamps=None):
             for m in c.consume(500, 0.5):
                 if m.error():
                     continue
-                ev = json.loads(m.value())
+                ev = lpstack.decode_event(m.value())
                 if pred is None or pred(ev):
                     out.append((m.key().decode(), ev))
                     if stamps is not None:
                         stamps[ev["id"]] = m.timestamp()[1]
+                    if raws is not None:
+                        raws[ev["id"]] = json.loads(m.value())
         # drain a little more to catch duplicates or extras
         for m in c.consume(10000, 1.0):
             if not m.error():
-                ev = json.loads(m.value())
+                ev = lpstack.decode_event(m.value())
                 if pred is None or pred(ev):
                     out.append((m.key().decode(), ev))
         return out
@@ -225,15 +229,18 @@ def test_events_match_schema(red):
     for h in hdrs:
         assert red.get("/" + code["code"], headers=h).status_code == 302
     assert red.get("/Unknown_Code-1").status_code == 404
-    stamps = {}
-    evs = read_events(red.broker, 5, stamps=stamps)
+    stamps, raws = {}, {}
+    evs = read_events(red.broker, 5, stamps=stamps, raws=raws)
     assert len(evs) == 5
     ids = [e["id"] for _, e in evs]
     assert len(set(ids)) == 5
     for key, e in evs:
-        jsonschema.validate(e, schema)
+        # version 2: a positional array the schema names element by element
+        raw = raws[e["id"]]
+        jsonschema.validate(raw, schema)
+        assert isinstance(raw, list) and len(raw) == len(lpstack.EVENT_FIELDS)
         assert set(e) == FIELDS, set(e) ^ FIELDS
-        assert key == e["code"] and e["v"] == 1
+        assert key == e["code"] and e["v"] == 2
         assert abs(e["ts"] / 1e6 - t0) < 30
         # snowflake: the id's time part is the event time (ms since 2024-01-01)
         assert abs(((e["id"] >> 22) + 1704067200000) - e["ts"] // 1000) < 5

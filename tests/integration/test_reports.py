@@ -68,7 +68,7 @@ class Events:
         self.seq += 1
         ms = when_us // 1000
         self.out.append({
-            "v": 1, "id": ((ms - EPOCH_2024_MS) << 22) | (5 << 12) | (self.seq & 0xFFF),
+            "v": 2, "id": ((ms - EPOCH_2024_MS) << 22) | (5 << 12) | (self.seq & 0xFFF),
             "ts": when_us, "code": code, "link_id": link_id,
             "status": 302 if link_id else 404, "ip": ip, "user_agent": ua,
             "referer": referer, "accept_language": lang, "host": "s.test", "query": None})
