@@ -115,6 +115,11 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(COMMON_SRC) $(wildcard common/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) -o $@ $< $(COMMON_SRC) $(LDLIBS)
 
+# ingest's event parser is not in common/: its target links it too.
+build/fuzz/fuzz_event: tests/fuzz/fuzz_event.c ingest/event.c $(COMMON_SRC) $(wildcard common/*.h) ingest/event.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) -o $@ $< ingest/event.c $(COMMON_SRC) $(LDLIBS)
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 setup:
@@ -142,7 +147,8 @@ fuzz: setup $(FUZZERS)
 		echo "== $$f: $(FUZZ_RUNS) runs"; \
 		mkdir -p build/fuzz/corpus-$$(basename $$f); \
 		LP_UAP_REGEXES=/usr/share/uap-core/regexes.yaml LP_GEOIP_CITY=$(CURDIR)/var/geoip/GeoLite2-City.mmdb \
-		$$f -runs=$(FUZZ_RUNS) -max_len=1024 build/fuzz/corpus-$$(basename $$f) || exit 1; \
+		$$f -runs=$(FUZZ_RUNS) -max_len=1024 build/fuzz/corpus-$$(basename $$f) \
+		$$(ls -d tests/fuzz/seeds-$$(basename $$f) 2>/dev/null) || exit 1; \
 	done
 
 clean:
