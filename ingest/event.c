@@ -227,15 +227,10 @@ event_parse(const void *buf, size_t len, json_t **root, struct event *ev,
 		    jerr.text, jerr.line, jerr.column);
 		return -1;
 	}
-	/* The version decides how the rest is read: check it first. */
-	if (json_is_array(r))
-		rc = array_fields(r, val, reason, reason_size);
-	else if (json_is_object(r))
-		rc = object_fields(r, val, reason, reason_size);
-	else {
-		errstr_set(reason, reason_size, "bad JSON: not an array or object");
-		goto bad;
-	}
+	/* The version decides how the rest is read: check it first. Without
+	 * JSON_DECODE_ANY, json_loadb returns only an array or an object. */
+	rc = json_is_array(r) ? array_fields(r, val, reason, reason_size) :
+	    object_fields(r, val, reason, reason_size);
 	if (rc == -2) {
 		char *txt = json_dumps(val[0], JSON_ENCODE_ANY | JSON_COMPACT);
 

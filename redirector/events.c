@@ -220,7 +220,7 @@ make_producer(struct events *ev, const struct events_conf *conf, int replay, cha
  * field: see README, The visit event):
  * [2, id, ts, code, link_id, status, ip, user_agent, referer, accept_language,
  *  host, query]. Positions of the non-string members: */
-enum { POS_V, POS_ID, POS_TS, POS_CODE, POS_LINK_ID, POS_STATUS, POS_IP };
+enum { POS_V, POS_ID, POS_TS, POS_CODE, POS_LINK_ID, POS_STATUS, POS_IP, NPOS = 12 };
 #define EVENT_VERSION 2
 
 /* The string fields of a visit, in the event's order. */
@@ -375,21 +375,18 @@ local_get(struct events *ev)
 	l->link_id = json_integer(0);
 	for (int i = 0; i < NFIELDS; i++)
 		bad |= (l->str[i] = json_string("")) == NULL;
+	/* every position null (the strings and link_id until a visit sets
+	 * them), then the members every event has */
+	for (int i = 0; o != NULL && i < NPOS; i++)
+		bad |= json_array_append_new(o, json_null()) < 0;
 	if (bad || o == NULL || l->id == NULL || l->ts == NULL || l->status == NULL ||
 	    l->link_id == NULL || (l->buf = malloc(l->cap)) == NULL ||
-	    json_array_append_new(o, json_integer(EVENT_VERSION)) < 0 ||
-	    json_array_append(o, l->id) < 0 || json_array_append(o, l->ts) < 0 ||
-	    json_array_append_new(o, json_null()) < 0 ||
-	    json_array_append_new(o, json_null()) < 0 ||
-	    json_array_append(o, l->status) < 0) {
+	    json_array_set_new(o, POS_V, json_integer(EVENT_VERSION)) < 0 ||
+	    json_array_set(o, POS_ID, l->id) < 0 || json_array_set(o, POS_TS, l->ts) < 0 ||
+	    json_array_set(o, POS_STATUS, l->status) < 0) {
 		local_free(l);
 		return NULL;
 	}
-	for (int i = F_IP; i < NFIELDS; i++)
-		if (json_array_append_new(o, json_null()) < 0) {
-			local_free(l);
-			return NULL;
-		}
 	if (pthread_setspecific(ev->tls, l) != 0) {
 		local_free(l);
 		return NULL;
