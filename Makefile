@@ -111,14 +111,12 @@ FUZZ_CC    := clang
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=all -Icommon
 FUZZ_RUNS  ?= 1000000
+# FUZZ_EXTRA_name: sources outside common/ that fuzz_name links too.
+FUZZ_EXTRA_event := ingest/event.c
+build/fuzz/fuzz_event: ingest/event.c ingest/event.h
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(COMMON_SRC) $(wildcard common/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) -o $@ $< $(COMMON_SRC) $(LDLIBS)
-
-# ingest's event parser is not in common/: its target links it too.
-build/fuzz/fuzz_event: tests/fuzz/fuzz_event.c ingest/event.c $(COMMON_SRC) $(wildcard common/*.h) ingest/event.h
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) -o $@ $< ingest/event.c $(COMMON_SRC) $(LDLIBS)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) -o $@ $< $(FUZZ_EXTRA_$*) $(COMMON_SRC) $(LDLIBS)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 

@@ -219,8 +219,11 @@ make_producer(struct events *ev, const struct events_conf *conf, int replay, cha
  * (jansson parses and dumps it faster than an object, which must name every
  * field: see README, The visit event):
  * [2, id, ts, code, link_id, status, ip, user_agent, referer, accept_language,
- *  host, query]. Positions of the non-string members: */
-enum { POS_V, POS_ID, POS_TS, POS_CODE, POS_LINK_ID, POS_STATUS, POS_IP, NPOS = 12 };
+ *  host, query]. Positions of its members (NPOS: how many): */
+enum {
+	POS_V, POS_ID, POS_TS, POS_CODE, POS_LINK_ID, POS_STATUS, POS_IP, POS_UA, POS_REFERER,
+	POS_LANG, POS_HOST, POS_QUERY, NPOS
+};
 #define EVENT_VERSION 2
 
 /* The string fields of a visit, in the event's order. */
@@ -234,9 +237,9 @@ static const struct {
 	size_t off;          /* its member of struct events_visit */
 } fields[NFIELDS] = {
 	{ POS_CODE, 64, VISIT_STR(code) }, { POS_IP, 64, VISIT_STR(ip) },
-	{ POS_IP + 1, 8192, VISIT_STR(user_agent) }, { POS_IP + 2, 8192, VISIT_STR(referer) },
-	{ POS_IP + 3, 1024, VISIT_STR(accept_language) },
-	{ POS_IP + 4, 1024, VISIT_STR(host) }, { POS_IP + 5, 8192, VISIT_STR(query) },
+	{ POS_UA, 8192, VISIT_STR(user_agent) }, { POS_REFERER, 8192, VISIT_STR(referer) },
+	{ POS_LANG, 1024, VISIT_STR(accept_language) },
+	{ POS_HOST, 1024, VISIT_STR(host) }, { POS_QUERY, 8192, VISIT_STR(query) },
 };
 
 /* String field i of a visit (borrowed; NULL when absent). */
