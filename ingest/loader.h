@@ -43,7 +43,8 @@ int loader_lane_load(struct loader *l, int k, const struct batch *b, struct load
 
 /* The calls below use lane 0's connection: call them with no load running. */
 
-/* (Re)connects when needed and checks the connection. Returns 0 or -1. */
+/* (Re)connects every lane's connection where needed and checks them. Returns
+ * 0 or -1. */
 int loader_connect(struct loader *l, char *errstr, size_t errstr_size);
 /* Reads ingest_offset for the n partitions: offsets[i] = stored next offset,
  * or -1 when there is no row. Returns 0 or -1. */
