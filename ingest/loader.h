@@ -41,7 +41,8 @@ void loader_free(struct loader *l);
 int loader_lane_load(struct loader *l, int k, const struct batch *b, struct loader_result *res,
                      char *errstr, size_t errstr_size);
 
-/* The calls below use lane 0's connection: call them with no load running. */
+/* The calls below connect every lane (loader_connect) and then use lane 0's
+ * connection: call them with no load running. */
 
 /* (Re)connects every lane's connection where needed and checks them. Returns
  * 0 or -1. */
