@@ -261,16 +261,21 @@ fail:
 	return -1;
 }
 
+/* Lane k's loader (borrowed): l itself for lane 0, its peers after it. */
+static struct loader *
+lane(struct loader *l, int k)
+{
+	return k == 0 ? l : l->peer[k - 1];
+}
+
 int
 loader_connect(struct loader *l, char *errstr, size_t errstr_size)
 {
-	if (connect_lane(l, errstr, errstr_size) < 0)
-		return -1;
 	/* every lane at once: a lane connecting at its first batch would pay
 	 * the backend's start and its temporary tables there, with that batch
 	 * waiting (~80 ms on the 2026-11-27 machine) */
-	for (int k = 0; k < LANES - 1; k++)
-		if (connect_lane(l->peer[k], errstr, errstr_size) < 0)
+	for (int k = 0; k < LANES; k++)
+		if (connect_lane(lane(l, k), errstr, errstr_size) < 0)
 			return -1;
 	return 0;
 }
@@ -737,7 +742,7 @@ int
 loader_lane_load(struct loader *l, int k, const struct batch *b, struct loader_result *res,
                  char *errstr, size_t errstr_size)
 {
-	return load(k == 0 ? l : l->peer[k - 1], b, res, errstr, errstr_size);
+	return load(lane(l, k), b, res, errstr, errstr_size);
 }
 
 int

@@ -223,7 +223,7 @@ def run(bin_dir, work):
         dump = os.path.join(work, "visit_record.copy")
         dump_bin = dump + ".bin"
         os.chmod(work, 0o755)
-        ings, raws, cpu_ratios = [], [], []
+        ings, raws, per_round, cpu_ratios = [], [], [], []
         for rnd in range(rounds):
             if rnd > 0:
                 pg.psql(RESET)
@@ -247,15 +247,17 @@ def run(bin_dir, work):
             ings.append((rate, rate_total, cpu, secs))
             rates_raw, cpu_raw = raw_round(raw, dump, dump_bin, rows)
             raws.append(rates_raw)
+            raw_best = max(rates_raw)
+            per_round.append(rate / raw_best)
             # (CPU ratio, the share of the two cores ingest and PostgreSQL kept
             # busy, the raw COPY's wall time per CPU time)
             cpu_ratios.append(((cpu[0] + cpu[1]) / cpu_raw, (cpu[0] + cpu[1]) * rate / 2,
-                               1 / (max(rates_raw) * cpu_raw)))
+                               1 / (raw_best * cpu_raw)))
             print(f"ingest_bench_round {rnd + 1}: ingest {rate:.0f} events/s (ingest "
                   f"{cpu[0] * 1e6:.1f} us, PostgreSQL {cpu[1] * 1e6:.1f} us of CPU per event), "
                   f"raw COPY text {raws[-1][0]:.0f} binary {raws[-1][1]:.0f} rows/s "
                   f"(PostgreSQL {cpu_raw * 1e6:.1f} us of CPU per row): "
-                  f"{rate / max(raws[-1]):.2f}", flush=True)
+                  f"{per_round[-1]:.2f}", flush=True)
         batch_rows = int(pg.psql("SELECT count(*) FROM link_day_dim_batch"))
         t1 = time.time()
         pg.psql("SELECT link_day_dim_compact()")
@@ -265,7 +267,6 @@ def run(bin_dir, work):
         rate_copy = max(max(r) for r in raws)
         text_best = max(r[0] for r in raws)
         bin_best = max(r[1] for r in raws)
-        per_round = [i[0] / max(r) for i, r in zip(ings, raws)]
         print(f"ingest_events_per_sec {rate:.0f}  (topic -> visit_record + rollups + offsets, "
               f"from partition assignment to the last commit; best of "
               f"{' '.join(f'{i[0]:.0f}' for i in ings)}; {rate_total:.0f}/s counting process "
