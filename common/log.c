@@ -113,10 +113,14 @@ vlog(int lvl, const char *errmsg, const char *fmt, va_list ap)
 		json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "ts", ts,
 		    "level", level_names[lvl], "prog", log_prog, "msg", msg);
 		char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+		json_free_t jfree;
 
+		/* jansson's own free: a program may give jansson an allocator (reports) */
+		json_get_alloc_funcs(NULL, &jfree);
 		if (line != NULL)
 			fprintf(stderr, "%s\n", line);
-		free(line);
+		if (line != NULL)
+			jfree(line);
 		json_decref(o);
 	} else {
 		fprintf(stderr, "ts=%s level=%s prog=%s msg=", ts, level_names[lvl], log_prog);

@@ -478,12 +478,19 @@ def test_all_with_index(db):
 def test_all_rounds_in_flight_match_one_round(db):
     """--all reads two rounds at once on two queries of their own: with one
     link per round (four rounds, alternating queries) every file equals the
-    one a single round writes, and each equals --link for its code."""
+    one a single round writes, and each equals --link for its code. Each
+    round's values come from an arena taken back when the round's slot is
+    used again (reports/arena.c): the index built across rounds and the JSON
+    log lines the round threads write at debug level come out whole."""
     files = {}
-    for batch in ("1", "500"):
+    for batch, logs in (("1", ()), ("500", ()),
+                        ("1-debug", ("-o", "log_level=debug", "-o", "log_format=json"))):
         out = os.path.join(db.work, f"all-rounds-{batch}")
-        run(db, "--all", "--from", "2024-05-01", "--to", "2024-05-03", "--out", out,
-            "-o", f"batch_links={batch}")
+        r = run(db, "--all", "--from", "2024-05-01", "--to", "2024-05-03", "--out", out,
+                "-o", f"batch_links={batch.split('-')[0]}", *logs)
+        if logs:
+            lines = [json.loads(line) for line in r.stderr.splitlines()]
+            assert sum("top-N" in e["msg"] for e in lines) == 4, r.stderr
         docs = {}
         for name in sorted(os.listdir(out)):
             with open(os.path.join(out, name)) as f:
@@ -491,7 +498,7 @@ def test_all_rounds_in_flight_match_one_round(db):
             doc.pop("generated_at", None)
             docs[name] = doc
         files[batch] = docs
-    assert files["1"] == files["500"]
+    assert files["1"] == files["500"] == files["1-debug"]
     assert len(files["1"]) == 5
     for name, doc in files["1"].items():
         if name == "index.json":
