@@ -1,7 +1,6 @@
 /* arena.c - bump allocation for the jansson values of one round of --all
  * (see arena.h): millions of small objects made and released per run cost
  * glibc's malloc and free more than building them. */
-#define _DEFAULT_SOURCE
 #include "arena.h"
 
 #include <errno.h>
