@@ -115,12 +115,12 @@ vlog(int lvl, const char *errmsg, const char *fmt, va_list ap)
 		char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
 		json_free_t jfree;
 
-		/* jansson's own free: a program may give jansson an allocator (reports) */
-		json_get_alloc_funcs(NULL, &jfree);
-		if (line != NULL)
+		if (line != NULL) {
 			fprintf(stderr, "%s\n", line);
-		if (line != NULL)
+			/* jansson's own free: a program may give jansson an allocator (reports) */
+			json_get_alloc_funcs(NULL, &jfree);
 			jfree(line);
+		}
 		json_decref(o);
 	} else {
 		fprintf(stderr, "ts=%s level=%s prog=%s msg=", ts, level_names[lvl], log_prog);

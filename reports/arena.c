@@ -2,11 +2,11 @@
  * (see arena.h): millions of small objects made and released per run cost
  * glibc's malloc and free more than building them. */
 #include "arena.h"
+#include "errstr.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -44,18 +44,18 @@ arena_new(size_t size, char *errstr, size_t errstr_size)
 		if (live[i] == NULL)
 			slot = i;
 	if (slot < 0) {
-		snprintf(errstr, errstr_size, "arena: more than %d at once", ARENA_MAX);
+		errstr_set(errstr, errstr_size, "arena: more than %d at once", ARENA_MAX);
 		return NULL;
 	}
 	if ((a = calloc(1, sizeof(*a))) == NULL) {
-		snprintf(errstr, errstr_size, "out of memory");
+		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
 	size = (size + ALIGN - 1) & ~(size_t)(ALIGN - 1);
 	a->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 	    -1, 0);
 	if (a->base == MAP_FAILED) {
-		snprintf(errstr, errstr_size, "arena: cannot reserve %zu bytes: %s", size, strerror(errno));
+		errstr_set(errstr, errstr_size, "arena: cannot reserve %zu bytes: %s", size, strerror(errno));
 		free(a);
 		return NULL;
 	}

@@ -33,6 +33,7 @@ command(char **fld, int nf, const char *where, struct arena **a, char **next)
 		CHECK(0, "%s: no arena (a case starts with new)", where);
 	} else if (strcmp(fld[0], "alloc") == 0 && nf == 3) {
 		size_t n = (size_t)strtoull(fld[1], NULL, 10), before = arena_used(*a);
+		size_t step = (n + 15) & ~(size_t)15;  /* n rounded up to the alignment */
 		char *p = arena_alloc(n);
 		int in = p != NULL && arena_owns(p), want = strcmp(fld[2], "arena") == 0;
 
@@ -43,10 +44,10 @@ command(char **fld, int nf, const char *where, struct arena **a, char **next)
 		if (in) {
 			CHECK(*next == NULL || p == *next, "%s: alloc at %p, want %p", where, (void *)p,
 			    (void *)*next);
-			CHECK(arena_used(*a) == before + ((n + 15) & ~(size_t)15), "%s: used %zu after %zu",
+			CHECK(arena_used(*a) == before + step, "%s: used %zu after %zu",
 			    where, arena_used(*a), before);
 			memset(p, 0xA5, n);
-			*next = p + ((n + 15) & ~(size_t)15);
+			*next = p + step;
 		} else {
 			CHECK(arena_used(*a) == before, "%s: a malloc'd block moved used", where);
 		}
