@@ -22,6 +22,13 @@
 
 #define ALIGN 16
 
+/* n rounded up to ALIGN (less than n when that wraps). */
+static size_t
+align_up(size_t n)
+{
+	return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
 struct arena {
 	char *base;   /* owned: size bytes of reserved address space */
 	size_t size, used;
@@ -51,7 +58,7 @@ arena_new(size_t size, char *errstr, size_t errstr_size)
 		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
-	size = (size + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+	size = align_up(size);
 	a->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 	    -1, 0);
 	if (a->base == MAP_FAILED) {
@@ -112,7 +119,7 @@ void *
 arena_alloc(size_t n)
 {
 	struct arena *a = current;
-	size_t need = (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+	size_t need = align_up(n);
 	char *p;
 
 	if (a == NULL || need < n || need > a->size - a->used)

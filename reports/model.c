@@ -207,19 +207,24 @@ model_index_new(const struct model_range *r)
 	    "links");
 }
 
-/* Copies, not references: the index outlives the reports, whose values
- * --all takes back a round at a time (arena.h). */
+/* A copy (caller owns) of o's member key, or NULL. The index copies rather
+ * than references: it outlives the reports, whose values --all takes back a
+ * round at a time (arena.h). */
+static json_t *
+copy_of(const json_t *o, const char *key)
+{
+	return json_deep_copy(json_object_get(o, key));
+}
+
 static json_t *
 index_entry(const json_t *rep, const char *file)
 {
 	const json_t *t = json_object_get(rep, "totals");
 
 	return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o}", "file", file,
-	    "visits", json_deep_copy(json_object_get(t, "visits")),
-	    "uniques", json_deep_copy(json_object_get(t, "uniques")),
-	    "bot_visits", json_deep_copy(json_object_get(t, "bot_visits")),
-	    "last_visit", json_deep_copy(json_object_get(t, "last_visit")),
-	    "all_time_visits", json_deep_copy(json_object_get(rep, "all_time_visits")));
+	    "visits", copy_of(t, "visits"), "uniques", copy_of(t, "uniques"),
+	    "bot_visits", copy_of(t, "bot_visits"), "last_visit", copy_of(t, "last_visit"),
+	    "all_time_visits", copy_of(rep, "all_time_visits"));
 }
 
 void
@@ -228,8 +233,8 @@ model_index_add(json_t *index, const json_t *rep, const char *file)
 	const json_t *l = json_object_get(rep, "link");
 	json_t *e = index_entry(rep, file);
 
-	json_object_set_new(e, "code", json_deep_copy(json_object_get(l, "code")));
-	json_object_set_new(e, "short_url", json_deep_copy(json_object_get(l, "short_url")));
+	json_object_set_new(e, "code", copy_of(l, "code"));
+	json_object_set_new(e, "short_url", copy_of(l, "short_url"));
 	json_array_append_new(json_object_get(index, "links"), e);
 }
 
@@ -238,6 +243,6 @@ model_index_set_combined(json_t *index, const json_t *rep, const char *file)
 {
 	json_t *e = index_entry(rep, file);
 
-	json_object_set_new(e, "tag", json_deep_copy(json_object_get(rep, "tag")));
+	json_object_set_new(e, "tag", copy_of(rep, "tag"));
 	json_object_set_new(index, "combined", e);
 }

@@ -483,11 +483,11 @@ def test_all_rounds_in_flight_match_one_round(db):
     used again (reports/arena.c): the index built across rounds and the JSON
     log lines the round threads write at debug level come out whole."""
     files = {}
-    for batch, logs in (("1", ()), ("500", ()),
-                        ("1-debug", ("-o", "log_level=debug", "-o", "log_format=json"))):
-        out = os.path.join(db.work, f"all-rounds-{batch}")
+    for key, batch, logs in (("1", "1", ()), ("500", "500", ()),
+                             ("1-debug", "1", ("-o", "log_level=debug", "-o", "log_format=json"))):
+        out = os.path.join(db.work, f"all-rounds-{key}")
         r = run(db, "--all", "--from", "2024-05-01", "--to", "2024-05-03", "--out", out,
-                "-o", f"batch_links={batch.split('-')[0]}", *logs)
+                "-o", f"batch_links={batch}", *logs)
         if logs:
             lines = [json.loads(line) for line in r.stderr.splitlines()]
             assert sum("top-N" in e["msg"] for e in lines) == 4, r.stderr
@@ -497,7 +497,7 @@ def test_all_rounds_in_flight_match_one_round(db):
                 doc = json.load(f)
             doc.pop("generated_at", None)
             docs[name] = doc
-        files[batch] = docs
+        files[key] = docs
     assert files["1"] == files["500"] == files["1-debug"]
     assert len(files["1"]) == 5
     for name, doc in files["1"].items():
