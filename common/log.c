@@ -113,9 +113,10 @@ vlog(int lvl, const char *errmsg, const char *fmt, va_list ap)
 		json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "ts", ts,
 		    "level", level_names[lvl], "prog", log_prog, "msg", msg);
 		char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-		json_free_t jfree;
 
 		if (line != NULL) {
+			json_free_t jfree;
+
 			fprintf(stderr, "%s\n", line);
 			/* jansson's own free: a program may give jansson an allocator (reports) */
 			json_get_alloc_funcs(NULL, &jfree);
