@@ -5,8 +5,17 @@
 
 #include <stddef.h>
 
-/* printf into errstr; a NULL errstr or zero size is allowed and ignored. */
+/* printf into errstr; a NULL errstr or zero size is allowed and ignored.
+ * The result is always valid UTF-8 (errstr_utf8_clean): a message cut at
+ * errstr_size, or quoting cut input, never ends inside a character, so it
+ * can go into a text column or a JSON string as it is. */
 void errstr_set(char *errstr, size_t errstr_size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Makes the NUL-terminated s valid UTF-8 in place: every byte that does not
+ * start a well-formed sequence (RFC 3629: no overlong forms, surrogates or
+ * code points past U+10FFFF), including a sequence cut short, becomes '?'.
+ * Returns the number of bytes replaced. */
+size_t errstr_utf8_clean(char *s);
 
 #endif

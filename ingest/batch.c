@@ -339,6 +339,9 @@ add_reject(struct batch *b, int32_t partition, int64_t offset, const void *paylo
 	}
 	if (len)
 		memcpy(r->raw, payload, len);
+	/* visit_reject.reason is text: PostgreSQL refuses invalid UTF-8, and a
+	 * refused reject would fail its batch on every retry. */
+	errstr_utf8_clean(r->reason);
 	b->nrejects++;
 	return 0;
 }

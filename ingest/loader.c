@@ -575,6 +575,9 @@ rollback(struct loader *l)
 	if (PQresultStatus(r) != PGRES_COMMAND_OK)
 		drop_conn(l);
 	PQclear(r);
+	/* a month partition may have gone (retention drops old ones) and made
+	 * this batch fail: check every month again next time */
+	l->nknown = 0;
 }
 
 static double
@@ -624,13 +627,27 @@ again:
 		return -1;
 	if (exec_ok(l, "BEGIN", errstr, errstr_size) < 0)
 		goto fail;
-	for (size_t i = 0; i < b->nmonths; i++) {
-		if (known_month(l, b->months[i]))
+	/* months in ascending order: two lanes creating the same new months
+	 * take their locks in one order, never waiting on each other in a
+	 * cycle */
+	for (int32_t prev = INT32_MIN;;) {
+		int32_t m = INT32_MAX;
+		int found = 0;
+
+		for (size_t i = 0; i < b->nmonths; i++)
+			if (b->months[i] > prev && b->months[i] <= m) {
+				m = b->months[i];
+				found = 1;
+			}
+		if (!found)
+			break;
+		prev = m;
+		if (known_month(l, m))
 			continue;
-		if (ensure_month(l, b->months[i], errstr, errstr_size) < 0)
+		if (ensure_month(l, m, errstr, errstr_size) < 0)
 			goto fail;
 		if (npending < sizeof(pending) / sizeof(pending[0]))
-			pending[npending++] = b->months[i];
+			pending[npending++] = m;
 	}
 	if (nrows > 0) {
 		long long kept;

@@ -106,6 +106,8 @@ struct app {
 	char **argv;
 	struct metrics *metrics;
 	struct metricsd *metricsd;
+	int64_t recovered_ms;    /* monotonic ms of the last recovery */
+	int retry_ms;            /* wait before the next one if it comes soon */
 };
 
 static volatile sig_atomic_t stop_flag, hup_flag;
@@ -223,7 +225,10 @@ idle_poll(struct app *a, int ms)
 }
 
 /* After a failed load: reconnect with backoff, then re-seek every assigned
- * partition to the offsets stored in PostgreSQL. */
+ * partition to the offsets stored in PostgreSQL. A load that fails again
+ * soon after a recovery (a statement error on a working connection: a full
+ * disk, a lock timeout) waits longer each time, up to 5 s, before the batch
+ * is built and tried again. */
 static void
 recover(struct app *a)
 {
@@ -232,6 +237,15 @@ recover(struct app *a)
 
 	builder_reset(a->builder); /* the failure is logged and counted already */
 	a->taken = 0;
+	if (a->recovered_ms > 0 && now_ms() - a->recovered_ms < 10000) {
+		a->retry_ms = a->retry_ms == 0 ? 200 : a->retry_ms * 2 > 5000 ? 5000 :
+		    a->retry_ms * 2;
+		log_error("loading failed again %lld ms after recovering; retrying in %d ms",
+		    (long long)(now_ms() - a->recovered_ms), a->retry_ms);
+		idle_poll(a, a->retry_ms);
+	} else {
+		a->retry_ms = 0;
+	}
 	while (!stop_flag && loader_connect(a->loader, err, sizeof(err)) < 0) {
 		log_error("PostgreSQL unavailable: %s; retrying in %d ms", err, backoff);
 		idle_poll(a, backoff);
@@ -240,6 +254,7 @@ recover(struct app *a)
 	if (stop_flag)
 		return;
 	a->failed = 0;
+	a->recovered_ms = now_ms();
 	atomic_store(&unhealthy, 0);
 	if (consumer_reseek(a->cons) < 0)
 		return;

@@ -1,6 +1,7 @@
 """ingest fault tests, each counting events in and rows out: SIGKILL mid-batch
-and restart, PostgreSQL stopped for 20 s during a stream, and offsets the broker
-no longer has (retention) landing in ingest_lost."""
+and restart, PostgreSQL stopped for 20 s during a stream, offsets the broker
+no longer has (retention) landing in ingest_lost, and a statement error on a
+working connection retried with backoff."""
 import json
 import os
 import signal
@@ -137,3 +138,40 @@ def test_offsets_dropped_by_broker_land_in_ingest_lost(procs, pg, broker):
     ids = {int(x) for x in pg.psql("SELECT id FROM visit_record").split()}
     assert ids == kept
     assert_rollups(pg)
+
+
+def test_statement_error_retried_with_backoff(procs, pg, broker):
+    """A batch failing on a working connection (here a trigger refusing one
+    reject; in production a full disk or a lock timeout): nothing of it is
+    stored, no offset advances, ingest retries with growing waits instead of
+    re-reading the topic in a tight loop, and once the cause is gone every
+    event is stored exactly once."""
+    pg.psql("CREATE FUNCTION refuse_reject() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN IF NEW.reason LIKE 'bad JSON%' THEN RAISE EXCEPTION 'refused for the test'; "
+            "END IF; RETURN NEW; END $$; "
+            "CREATE TRIGGER refuse_reject BEFORE INSERT ON visit_reject "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_reject()")
+    gen = EventGen(seed=14)
+    events = [gen.event() for _ in range(50)]
+    ing = start_ingest(procs, pg, broker, batch_max_events=1000, batch_max_ms=200)
+    p = producer(broker.bootstrap)
+    # the refused one first: nothing after it in its partition can commit
+    produce(broker.bootstrap, broker.topic, [b"{not json"], prod=p, partition=0)
+    produce(broker.bootstrap, broker.topic, events, prod=p, partition=0)
+    deadline = time.time() + 60
+    while time.time() < deadline and ing.output().count("loading failed again") < 3:
+        time.sleep(0.2)
+    out = ing.output()
+    assert out.count("loading failed again") >= 3, out[-3000:]
+    waits = [int(line.split("retrying in ")[1].split(" ms")[0])
+             for line in out.splitlines() if "loading failed again" in line]
+    assert waits[:3] == [200, 400, 800], waits
+    # partition 0's batches all failed: nothing of them stored
+    assert counts(pg) == (0, 0)
+    assert pg.psql("SELECT coalesce(sum(next_offset), 0) FROM ingest_offset "
+                   "WHERE kafka_partition = 0") == "0"
+    pg.psql("DROP TRIGGER refuse_reject ON visit_reject")
+    wait_counts(pg, len(events), 1, timeout=60, proc=ing)
+    assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(len(events) + 1)
+    assert_rollups(pg)
+    ing.stop()

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../../common/errstr.h"
 #include "../../ingest/event.h"
 #include "unit.h"
 
@@ -64,8 +65,14 @@ main(void)
 			}
 		} else {
 			CHECK(rc == -1 && root == NULL, "%s: accepted, expected %s", where, fld[1]);
+			if (unit_unescape(fld[1]) < 0)
+				CHECK(0, "%s: bad escape in the outcome", where);
 			CHECK(strncmp(reason, fld[1], strlen(fld[1])) == 0,
 			    "%s: reason \"%s\" does not start with \"%s\"", where, reason, fld[1]);
+			/* visit_reject.reason is text: it must be valid UTF-8 */
+			snprintf(got, sizeof(got), "%s", reason);
+			CHECK(errstr_utf8_clean(got) == 0, "%s: reason is not valid UTF-8: %s", where,
+			    reason);
 			rejected++;
 		}
 		json_decref(root);

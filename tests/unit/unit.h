@@ -86,6 +86,37 @@ unit_split_tabs(char *line, char **f, int max)
 	return n;
 }
 
+/* Calls fn for each case line of the data file path (blank lines and "#"
+ * comments skipped) with its tab-separated fields, at most max, and
+ * "path:line" for messages. Returns the number of cases, or -1 (counted as
+ * a failure) when the file cannot be opened: run from the repository root. */
+typedef void (*unit_case_fn)(char **fld, int n, const char *where, void *ctx);
+
+static inline int
+unit_each_case(const char *path, int max, unit_case_fn fn, void *ctx)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096], where[256], *fld[16];
+	int lineno = 0, n = 0;
+
+	CHECK(f != NULL, "cannot open %s (run from the repository root)", path);
+	if (f == NULL)
+		return -1;
+	if (max > 16)
+		max = 16;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		lineno++;
+		line[strcspn(line, "\n")] = '\0';
+		if (line[0] == '#' || line[0] == '\0')
+			continue;
+		snprintf(where, sizeof(where), "%s:%d", path, lineno);
+		fn(fld, unit_split_tabs(line, fld, max), where, ctx);
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
 static inline int
 unit_done(const char *name)
 {
