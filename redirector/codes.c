@@ -182,8 +182,14 @@ codes_random(int length, char *out, char *errstr, size_t errstr_size)
 		if (buf[pos] < 4 * CODES_BASE)
 			out[have++] = codes_alphabet[buf[pos] % CODES_BASE];
 		pos++;
+		/* a reserved word ("readyz", "s") would never redirect: draw
+		 * again (every caller, the pool's refill included, gets here) */
+		if (have == length) {
+			out[length] = '\0';
+			if (codes_is_reserved(out))
+				have = 0;
+		}
 	}
-	out[length] = '\0';
 	OPENSSL_cleanse(buf, sizeof(buf));
 	return 0;
 }

@@ -811,8 +811,9 @@ replay_record(void *ctx, const char *key, size_t klen, const char *val, size_t v
 }
 
 /* Replays one spool file; removes it once every record is delivered or
- * back in the spool. */
-static void
+ * back in the spool. Returns 0 when it was removed, -1 when it stays for a
+ * later try. */
+static int
 replay_file(struct events *ev, const char *path)
 {
 	long long deadline;
@@ -828,7 +829,9 @@ replay_file(struct events *ev, const char *path)
 		spool_done(ev->spool, path);
 		log_info("events: replayed %s (%llu replayed in all)", path,
 		    (unsigned long long)atomic_load(&ev->replayed));
+		return 0;
 	}
+	return -1;
 }
 
 static void *
@@ -836,6 +839,7 @@ monitor_main(void *arg)
 {
 	struct events *ev = arg;
 	char path[4096];
+	int wait_ms = 1000;
 
 	while (atomic_load(&ev->running)) {
 		const struct rd_kafka_metadata *md = NULL;
@@ -845,14 +849,26 @@ monitor_main(void *arg)
 		if (md != NULL)
 			rd_kafka_metadata_destroy(md);
 		was = atomic_exchange(&ev->connected, err == RD_KAFKA_RESP_ERR_NO_ERROR);
-		if (was != (err == RD_KAFKA_RESP_ERR_NO_ERROR))
+		if (was != (err == RD_KAFKA_RESP_ERR_NO_ERROR)) {
 			log_info("events: Kafka %s%s%s", err ? "unreachable (" : "reachable",
 			    err ? rd_kafka_err2str(err) : "", err ? ")" : "");
+			wait_ms = 1000; /* back: replay at once */
+		}
 		while (err == RD_KAFKA_RESP_ERR_NO_ERROR && atomic_load(&ev->running) &&
 		    !atomic_load(&ev->fatal) && atomic_load(&ev->connected) &&
-		    spool_take(ev->spool, path, sizeof(path)) == 1)
-			replay_file(ev, path);
-		nap(ev, 1000);
+		    spool_take(ev->spool, path, sizeof(path)) == 1) {
+			if (replay_file(ev, path) < 0) {
+				/* the same file comes back first: try it again
+				 * later, waiting longer each time (up to 30 s)
+				 * while Kafka refuses it */
+				wait_ms = wait_ms < 16000 ? 2 * wait_ms : 30000;
+				log_warnx("events: %s stays spooled; next replay in %d s", path,
+				    wait_ms / 1000);
+				break;
+			}
+			wait_ms = 1000;
+		}
+		nap(ev, wait_ms);
 	}
 	return NULL;
 }

@@ -2,6 +2,7 @@
  * "/?code" form and the event's query string), body accumulation with a size
  * cap (413), and JSON/redirect responders. */
 #include "http.h"
+#include "errstr.h"
 #include "log.h"
 
 #include <errno.h>
@@ -140,6 +141,9 @@ http_error(struct http_req *req, unsigned status, const char *code, const char *
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* the message may quote the request (a path, cut at a byte count):
+	 * jansson takes only UTF-8, and a NULL body would drop the connection */
+	errstr_utf8_clean(msg);
 	err = json_pack("{s:s, s:s}", "code", code, "message", msg);
 	if (field != NULL)
 		json_object_set_new(err, "field", json_string(field));
@@ -205,37 +209,63 @@ http_headers(struct http_req *req, const char *const *names, const char **values
 struct join {
 	const char *name;
 	char *buf;
-	size_t size, len;
+	size_t size, skip, pos; /* bytes of the whole join before buf's first; bytes seen */
 	int found;
 };
+
+/* Appends n bytes of s to the join at j->pos; only those at or after
+ * j->skip land in buf (the first pass, with buf NULL, only counts). */
+static void
+join_put(struct join *j, const char *s, size_t n)
+{
+	for (size_t k = 0; k < n; k++, j->pos++)
+		if (j->buf != NULL && j->pos >= j->skip && j->pos - j->skip < j->size - 1)
+			j->buf[j->pos - j->skip] = s[k];
+}
 
 static enum MHD_Result
 join_cb(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
 	struct join *j = cls;
-	int n;
 
 	(void)kind;
 	if (key == NULL || value == NULL || strcasecmp(key, j->name) != 0)
 		return MHD_YES;
-	n = snprintf(j->buf + j->len, j->size - j->len, "%s%s", j->found ? ", " : "", value);
+	if (j->found)
+		join_put(j, ", ", 2);
+	join_put(j, value, strlen(value));
 	j->found = 1;
-	j->len += n < 0 ? 0 : (size_t)n;
-	if (j->len >= j->size)
-		j->len = j->size - 1;
 	return MHD_YES;
 }
 
 char *
 http_header_join(struct http_req *req, const char *name, char *buf, size_t size)
 {
-	struct join j = { name, buf, size, 0, 0 };
+	struct join j = { name, NULL, size, 0, 0, 0 };
+	char *comma;
 
 	if (size == 0)
 		return NULL;
 	buf[0] = '\0';
 	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, join_cb, &j);
-	return j.found ? buf : NULL;
+	if (!j.found)
+		return NULL;
+	/* Too long: keep the end. Proxies append, so the elements nearest the
+	 * right are the ones a trusted proxy wrote; a cut would otherwise let a
+	 * client push them out with a long header of its own. */
+	j.skip = j.pos > size - 1 ? j.pos - (size - 1) : 0;
+	j.buf = buf;
+	j.pos = 0;
+	j.found = 0;
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, join_cb, &j);
+	buf[j.pos - j.skip] = '\0';
+	if (j.skip > 0) {
+		/* the first element kept is a cut one: drop it */
+		comma = strchr(buf, ',');
+		memmove(buf, comma != NULL ? comma + 1 : buf + strlen(buf),
+		    strlen(comma != NULL ? comma + 1 : buf + strlen(buf)) + 1);
+	}
+	return buf;
 }
 
 static enum MHD_Result

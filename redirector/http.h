@@ -68,8 +68,10 @@ const char *http_header(struct http_req *req, const char *name);
  * is absent. libmicrohttpd owns the values. */
 void http_headers(struct http_req *req, const char *const *names, const char **values, size_t n);
 
-/* Every value of header name joined with ", " into buf (truncated to
- * size - 1), or NULL when the header is absent. Returns buf or NULL. */
+/* Every value of header name joined with ", " into buf, or NULL when the
+ * header is absent. Returns buf or NULL. A join longer than size - 1 keeps
+ * its last whole elements (where proxies append: X-Forwarded-For) and drops
+ * the ones at its start. */
 char *http_header_join(struct http_req *req, const char *name, char *buf, size_t size);
 
 /* Responders: each queues a response and returns the MHD result. */

@@ -4,10 +4,13 @@
 #include "links_int.h"
 #include "linkbatch.h"
 #include "digest.h"
+#include "errstr.h"
 #include "log.h"
 #include "pool.h"
+#include "rfc3339.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <curl/curl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,6 +42,10 @@ links_fail(struct links_err *err, int status, const char *code, const char *fiel
 	va_start(ap, fmt);
 	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
 	va_end(ap);
+	/* Both may quote the request cut at a byte count; the error body is
+	 * JSON, and jansson refuses a string that is not UTF-8. */
+	errstr_utf8_clean(err->field);
+	errstr_utf8_clean(err->msg);
 	return -1;
 }
 
@@ -214,32 +221,15 @@ links_check_url(struct links *L, const char *url, const char *field, struct link
 	return ret;
 }
 
-/* RFC 3339 date-time: YYYY-MM-DDTHH:MM:SS[.frac](Z|+hh:mm|-hh:mm). */
+/* RFC 3339 date-time (rfc3339.h) of an instant PostgreSQL stores and
+ * renders as the redirector reads it back (RFC3339_MIN_US..RFC3339_MAX_US). */
 static int
 valid_rfc3339(const char *s)
 {
-	struct tm tm;
-	const char *p;
+	int64_t us;
 
-	memset(&tm, 0, sizeof(tm));
-	p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (p == NULL || strlen(s) < 20)
-		return 0;
-	if (*p == '.') {
-		p++;
-		if (!isdigit((unsigned char)*p))
-			return 0;
-		while (isdigit((unsigned char)*p))
-			p++;
-	}
-	if (*p == 'Z' || *p == 'z')
-		return p[1] == '\0';
-	if ((*p == '+' || *p == '-') && isdigit((unsigned char)p[1]) && isdigit((unsigned char)p[2]) &&
-	    p[3] == ':' && isdigit((unsigned char)p[4]) && isdigit((unsigned char)p[5]) && p[6] == '\0')
-		return 1;
-	return 0;
+	return rfc3339_parse(s, &us) == 0 && us >= RFC3339_MIN_US && us <= RFC3339_MAX_US;
 }
-
 
 static int
 parse_tags(json_t *v, char **out, struct links_err *err)
@@ -297,7 +287,8 @@ parse_time_field(json_t *v, const char *name, const char **out, struct links_err
 	}
 	if (!json_is_string(v) || !valid_rfc3339(json_string_value(v)))
 		return links_fail(err, 400, "invalid_field", name,
-		    "%s must be an RFC 3339 date-time such as 2030-01-31T12:00:00Z, or null", name);
+		    "%s must be an RFC 3339 date-time such as 2030-01-31T12:00:00Z between 1970-01-01 "
+		    "and 9999-12-30, or null", name);
 	*out = json_string_value(v);
 	return 0;
 }
@@ -890,10 +881,12 @@ int
 links_get(struct links *L, const char *code, json_t **out, struct links_err *err)
 {
 	char errstr[512];
-	PGconn *c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr));
+	PGconn *c;
 	int rc;
 
-	if (c == NULL)
+	if (!codes_valid_alias(code)) /* cannot exist; PostgreSQL would refuse bad UTF-8 */
+		return links_fail(err, 404, "not_found", NULL, "no link with code \"%s\"", code);
+	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL)
 		return links_db_fail(err, errstr);
 	rc = fetch(L, c, code, out, err);
 	pgpool_put(L->pg, c);
@@ -912,6 +905,8 @@ links_patch(struct links *L, const char *code, json_t *req, long long key_id, js
 	int rc = -1;
 
 	*out = NULL;
+	if (!codes_valid_alias(code))
+		return links_fail(err, 404, "not_found", NULL, "no live link with code \"%s\"", code);
 	if (links_parse_fields(L, req, 1, &f, err) < 0)
 		goto done;
 	if (f.has_url)
@@ -976,10 +971,12 @@ links_delete(struct links *L, const char *code, long long key_id, struct links_e
 {
 	char errstr[512], key_s[24];
 	const char *params[2] = { code, key_s };
-	PGconn *c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr));
+	PGconn *c;
 	PGresult *r;
 
-	if (c == NULL)
+	if (!codes_valid_alias(code))
+		return links_fail(err, 404, "not_found", NULL, "no live link with code \"%s\"", code);
+	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL)
 		return links_db_fail(err, errstr);
 	snprintf(key_s, sizeof(key_s), "%lld", key_id);
 	r = pgpool_exec(c, "UPDATE url_link SET deleted = 1, update_time = now(), "
@@ -1009,10 +1006,25 @@ links_list(struct links *L, const char *tag, long long limit, const char *cursor
 	int n;
 
 	if (cursor != NULL && *cursor) {
-		for (const char *p = cursor; *p; p++)
-			if (!isdigit((unsigned char)*p) || p - cursor > 18)
-				return links_fail(err, 400, "invalid_field", "cursor",
-				    "cursor must be a next_cursor value from a previous page");
+		char *end;
+
+		errno = 0;
+		/* a link id: digits only, within bigint */
+		if (!isdigit((unsigned char)*cursor) || strtoll(cursor, &end, 10) < 0 || *end != '\0' ||
+		    errno == ERANGE)
+			return links_fail(err, 400, "invalid_field", "cursor",
+			    "cursor must be a next_cursor value from a previous page");
+	}
+	if (tag != NULL && *tag) {
+		char copy[MAX_TAG_LEN + 1];
+
+		/* tags are 1-64 characters of UTF-8 text (parse_tags) */
+		if (strlen(tag) > MAX_TAG_LEN)
+			return links_fail(err, 400, "invalid_field", "tag",
+			    "tag must be at most %d bytes", MAX_TAG_LEN);
+		memcpy(copy, tag, strlen(tag) + 1);
+		if (errstr_utf8_clean(copy) != 0)
+			return links_fail(err, 400, "invalid_field", "tag", "tag must be UTF-8 text");
 	}
 	snprintf(lim, sizeof(lim), "%lld", limit + 1);
 	params[0] = tag && *tag ? tag : NULL;
@@ -1054,7 +1066,7 @@ links_resolve(struct links *L, json_t *codes, json_t **out, struct links_err *er
 			return links_fail(err, 400, "invalid_field", "codes", "codes[%zu] must be a string", i);
 		if (!codes_valid_alias(s))
 			continue; /* cannot exist: resolves to null */
-		cap += strlen(s) + 1;
+		cap += strlen(s) + 3;
 	}
 	if ((arr = malloc(cap)) == NULL)
 		return links_fail(err, 503, "internal", NULL, "out of memory");
@@ -1068,8 +1080,12 @@ links_resolve(struct links *L, json_t *codes, json_t **out, struct links_err *er
 			continue;
 		if (w > arr + 1)
 			*w++ = ',';
+		/* quoted: an alias may be "null", which unquoted is a NULL element
+		 * (aliases hold no '"' or '\\' to escape) */
+		*w++ = '"';
 		memcpy(w, s, n);
 		w += n;
+		*w++ = '"';
 	}
 	*w++ = '}';
 	*w = '\0';

@@ -8,6 +8,7 @@
 #include "codes.h"
 #include "errstr.h"
 #include "log.h"
+#include "rfc3339.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -24,45 +25,6 @@ struct redirect {
 	struct lcache *cache;
 	struct MHD_Response *unknown, *not_yet, *gone; /* shared bodies */
 };
-
-/* Parses PostgreSQL's JSON timestamptz text ("2026-03-05T10:00:00.5+01:00")
- * to µs since the epoch; 0 on success. */
-static int
-parse_ts(const char *s, int64_t *us)
-{
-	struct tm tm;
-	int n = 0, off = 0;
-	long frac = 0, scale = 1000000;
-	time_t t;
-
-	memset(&tm, 0, sizeof(tm));
-	if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-	    &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6)
-		return -1;
-	s += n;
-	if (*s == '.') {
-		for (s++; *s >= '0' && *s <= '9'; s++)
-			if (scale > 1) {
-				scale /= 10;
-				frac += (*s - '0') * scale;
-			}
-	}
-	if (*s == '+' || *s == '-') {
-		int sign = *s == '-' ? -1 : 1, hh = 0, mm = 0, ss = 0;
-
-		if (sscanf(s + 1, "%2d:%2d:%2d", &hh, &mm, &ss) < 1)
-			return -1;
-		off = sign * (hh * 3600 + mm * 60 + ss);
-	} else if (*s != 'Z' && *s != '\0') {
-		return -1;
-	}
-	tm.tm_year -= 1900;
-	tm.tm_mon -= 1;
-	if ((t = timegm(&tm)) == (time_t)-1)
-		return -1;
-	*us = ((int64_t)t - off) * 1000000 + frac;
-	return 0;
-}
 
 /* Link JSON (links.c's layout, from Redis or links_get) -> rec. */
 static int
@@ -82,8 +44,8 @@ rec_from_json(json_t *j, struct lcache_rec *rec, char *errstr, size_t errstr_siz
 	rec->deleted = json_is_true(json_object_get(j, "deleted"));
 	if (rec->id <= 0 || url == NULL || (rec->redirect_type != 301 && rec->redirect_type != 302 &&
 	    rec->redirect_type != 307 && rec->redirect_type != 308) ||
-	    (json_is_string(vs) && parse_ts(json_string_value(vs), &rec->valid_since_us) < 0) ||
-	    (json_is_string(ex) && parse_ts(json_string_value(ex), &rec->expires_at_us) < 0)) {
+	    (json_is_string(vs) && rfc3339_parse(json_string_value(vs), &rec->valid_since_us) < 0) ||
+	    (json_is_string(ex) && rfc3339_parse(json_string_value(ex), &rec->expires_at_us) < 0)) {
 		errstr_set(errstr, errstr_size, "malformed link record");
 		return -1;
 	}

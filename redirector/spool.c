@@ -115,7 +115,26 @@ rotate(struct spool *s)
 	return open_active(s);
 }
 
-/* Writes the pending buffer to the active file and fsyncs it. */
+/* Records in a pending buffer (whole records only, as spool_append makes
+ * them). */
+static uint64_t
+count_records(const char *p, size_t len)
+{
+	uint64_t n = 0;
+
+	for (size_t off = 0; off + HDR <= len; n++) {
+		uint32_t hdr[3];
+
+		memcpy(hdr, p + off, HDR);
+		off += HDR + (size_t)hdr[1] + (size_t)hdr[2];
+	}
+	return n;
+}
+
+/* Writes the pending buffer to the active file and fsyncs it. A failed
+ * write (a full disk) loses the whole buffer, loudly: the file is cut back
+ * to where the buffer began, so that it still ends on a whole record and
+ * records appended after it (once there is room again) are replayed. */
 static void
 write_pending(struct spool *s, struct buf *spare)
 {
@@ -128,16 +147,32 @@ write_pending(struct spool *s, struct buf *spare)
 	s->pending.len = 0;
 	pthread_mutex_unlock(&s->mtx);
 	if (b.len > 0) {
+		uint64_t start;
+
 		pthread_mutex_lock(&s->io);
+		start = s->active_bytes;
 		while (s->fd >= 0 && off < b.len) {
 			ssize_t n = write(s->fd, b.p + off, b.len - off);
 
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n < 0) {
-				log_warn("spool: write to %s/spool.active (%zu bytes lost)", s->dir,
-				    b.len - off);
-				atomic_fetch_sub(&s->bytes, b.len - off);
+				uint64_t lost = count_records(b.p, b.len);
+
+				log_error("spool: write to %s/spool.active failed (%s): %llu visit "
+				    "events (%zu bytes) DROPPED", s->dir, strerror(errno),
+				    (unsigned long long)lost, b.len);
+				if (ftruncate(s->fd, (off_t)start) == 0 &&
+				    lseek(s->fd, (off_t)start, SEEK_SET) >= 0) {
+					s->active_bytes = start;
+				} else {
+					/* the torn end stays, as the last bytes of a
+					 * replay file (spool_read ignores a torn end) */
+					log_warn("spool: cutting %s/spool.active back", s->dir);
+					rotate(s);
+				}
+				atomic_fetch_sub(&s->bytes, b.len);
+				atomic_fetch_add(&s->dropped, lost);
 				break;
 			}
 			off += (size_t)n;

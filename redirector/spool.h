@@ -44,7 +44,7 @@ void spool_done(struct spool *s, const char *path);
 
 struct spool_stats {
 	uint64_t appended;    /* records accepted */
-	uint64_t dropped;     /* records refused by the cap */
+	uint64_t dropped;     /* records refused by the cap or lost to a failed write */
 	uint64_t bytes;       /* bytes spooled now (files + buffer) */
 	uint64_t files;       /* replay files waiting (not counting the active one) */
 };

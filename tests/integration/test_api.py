@@ -136,6 +136,13 @@ def test_bad_urls_rejected(api, url, field, code):
     ({"url": "https://e.com", "length": "6"}, "length"),
     ({"url": "https://e.com", "redirect_type": 303}, "redirect_type"),
     ({"url": "https://e.com", "expires_at": "tomorrow"}, "expires_at"),
+    # dates PostgreSQL would refuse, or store past what is read back
+    ({"url": "https://e.com", "expires_at": "2030-02-31T00:00:00Z"}, "expires_at"),
+    ({"url": "https://e.com", "expires_at": "2030-02-29T00:00:00Z"}, "expires_at"),
+    ({"url": "https://e.com", "valid_since": "0000-01-01T00:00:00Z"}, "valid_since"),
+    ({"url": "https://e.com", "expires_at": "2030-01-01T00:00:00+99:00"}, "expires_at"),
+    ({"url": "https://e.com", "expires_at": "2030-01-01T00:00:61Z"}, "expires_at"),
+    ({"url": "https://e.com", "expires_at": "9999-12-31T23:59:59-14:00"}, "expires_at"),
     ({"url": "https://e.com", "max_visits": 0}, "max_visits"),
     ({"url": "https://e.com", "tags": "a"}, "tags"),
     ({"url": "https://e.com", "strategy": "magic"}, "strategy"),
@@ -423,10 +430,49 @@ def test_resolve(api):
     a = api.create(url="https://example.com/r1").json()["code"]
     b = api.create(url="https://example.com/r2").json()["code"]
     api.req("DELETE", f"/api/v1/links/{b}")
-    r = api.req("POST", "/api/v1/links/resolve", {"codes": [b, "zzzzzz", a, "bad code!", a]})
+    # "null" and "NULL" are aliases like any other (unquoted in an array
+    # literal they would be NULL elements)
+    assert api.create(url="https://example.com/n1", alias="null").status_code == 201
+    assert api.create(url="https://example.com/n2", alias="NULL").status_code == 201
+    r = api.req("POST", "/api/v1/links/resolve",
+                {"codes": [b, "zzzzzz", a, "bad code!", a, "null", "NULL", "\u00e9"]})
     assert r.status_code == 200
     assert r.json()["urls"] == [None, None, "https://example.com/r1", None,
-                                "https://example.com/r1"]
+                                "https://example.com/r1", "https://example.com/n1",
+                                "https://example.com/n2", None]
+
+
+def test_bad_bytes_get_4xx_not_503(api):
+    """Request bytes PostgreSQL would refuse (invalid UTF-8, numbers past
+    bigint) are answered 4xx with a JSON body by the redirector itself, and
+    error messages that quote cut input stay valid UTF-8 (a body jansson
+    refused would drop the connection, or a bulk item's result)."""
+    for method, body in (("GET", None), ("PATCH", {"disabled": True}), ("DELETE", None)):
+        r = api.req(method, "/api/v1/links/%FF", body)
+        assert r.status_code == 404, (method, r.text)
+        assert r.json()["error"]["code"] == "not_found"
+    r = api.req("GET", "/api/v1/links?tag=%FF")
+    assert r.status_code == 400 and r.json()["error"]["field"] == "tag", r.text
+    r = api.req("GET", "/api/v1/links?cursor=9999999999999999999")
+    assert r.status_code == 400 and r.json()["error"]["field"] == "cursor", r.text
+    r = api.req("GET", "/api/v1/links?cursor=9223372036854775807")
+    assert r.status_code == 200 and len(r.json()["links"]) == 0, r.text
+    r = api.req("GET", "/api/v1/%FF")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", r.text
+    # an unknown field named by 200 three-byte characters: its name is cut
+    # in the message, on a character boundary
+    name = "\u20ac" * 200
+    r = api.create(url="https://example.com/u", **{name: 1})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith("unknown field")
+    items = [{"url": "https://example.com/b0"}, {"url": "https://example.com/b1", name: 1},
+             {"url": "https://example.com/b2"}]
+    r = api.req("POST", "/api/v1/links/bulk", {"links": items})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert [x["status"] for x in res] == [201, 400, 201]
+    assert res[1]["error"]["index"] == 1
+    assert api.pg.psql("SELECT count(*) FROM url_link") == "2"
 
 
 def test_list_keyset_pagination(api):

@@ -284,6 +284,12 @@ def test_x_forwarded_for_trust(procs, pg, redis, broker, workdir):
         (trusting, [("X-Forwarded-For", "1.1.1.1, junk, 10.2.2.2")], "10.2.2.2"),
         (trusting, [("X-Forwarded-For", "[2001:db8::7]:443")], "2001:db8::7"),
         (plain, [("X-Forwarded-For", "203.0.113.9")], "127.0.0.1"),
+        # longer than the redirector joins (2,047 bytes): the end is kept, so
+        # a client cannot push out what the trusted proxy appended
+        (trusting, [("X-Forwarded-For", "9.9.9.9, " * 300 + "6.6.6.6"),
+                    ("X-Forwarded-For", "198.51.100.7")], "198.51.100.7"),
+        (trusting, [("X-Forwarded-For", "9.9.9.9, " * 300 + "6.6.6.6, 198.51.100.8")],
+         "198.51.100.8"),
     ]
     for i, (rd, hdrs, _) in enumerate(cases):
         assert raw_get(rd.port, f"/{code}?case={i}", hdrs) == 302

@@ -417,6 +417,17 @@ test_random(void)
 		    (int)strlen(code) == length && codes_valid_generated(code),
 		    "random length %d: \"%s\" %s", length, code, err);
 	}
+	/* one-character codes: 58 of 62, never the reserved "s" or "r" (any case) */
+	for (i = 0; i < 20000; i++) {
+		if (codes_random(1, code, err, sizeof(err)) != 0 || codes_is_reserved(code))
+			bad++;
+		count[0][(unsigned char)code[0]]++;
+	}
+	for (i = 0, j = 0; i < CODES_BASE; i++)
+		j += count[0][(unsigned char)CODES_ALPHABET[i]] > 0;
+	CHECK(bad == 0 && j == CODES_BASE - 4, "length 1: %ld reserved or failed, %d characters seen",
+	    bad, j);
+	memset(count, 0, sizeof(count));
 	err[0] = '\0';
 	CHECK(codes_random(0, code, err, sizeof(err)) == -1 && err[0] != '\0' && code[0] == '\0',
 	    "length 0 accepted");

@@ -1,0 +1,123 @@
+/* test_spool.c - redirector/spool.c: records written and read back in order,
+ * and a write that fails part-way (the file size limit standing in for a
+ * full disk) loses only the events of that write, counted as dropped, and
+ * never the events spooled after it. */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../redirector/spool.h"
+#include "unit.h"
+
+#define FSYNC_MS 20
+
+struct seen {
+	int n;
+	char vals[64][32];
+};
+
+static int
+collect(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+	struct seen *s = ctx;
+
+	(void)key;
+	(void)klen;
+	if (s->n < 64 && vlen < sizeof(s->vals[0])) {
+		memcpy(s->vals[s->n], val, vlen);
+		s->vals[s->n][vlen] = '\0';
+	}
+	s->n++;
+	return 0;
+}
+
+static void
+pause_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static void
+append(struct spool *s, const char *tag, int from, int to)
+{
+	char key[16], val[32];
+
+	for (int i = from; i < to; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		snprintf(val, sizeof(val), "%s-%02d-%s", tag, i, "padding-padding");
+		CHECK(spool_append(s, key, strlen(key), val, strlen(val)) == 0, "append %s %d", tag,
+		    i);
+	}
+}
+
+static void
+test_failed_write(void)
+{
+	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], want[32];
+	struct spool_conf conf = { dir, 1 << 20, FSYNC_MS };
+	struct spool_stats st;
+	struct rlimit old, low;
+	struct spool *s;
+	struct seen seen = { 0 };
+	struct stat sb;
+	int files = 0, i;
+
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	s = spool_open(&conf, path, sizeof(path));
+	CHECK(s != NULL, "spool_open: %s", path);
+	if (s == NULL)
+		return;
+	/* before: ten events on disk */
+	append(s, "before", 0, 10);
+	pause_ms(5 * FSYNC_MS);
+	snprintf(path, sizeof(path), "%s/spool.active", dir);
+	CHECK(stat(path, &sb) == 0 && sb.st_size > 0, "nothing written");
+	/* the disk "fills" 20 bytes further on: twenty events fail to go,
+	 * after part of one was written */
+	signal(SIGXFSZ, SIG_IGN);
+	CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0, "getrlimit");
+	low = old;
+	low.rlim_cur = (rlim_t)sb.st_size + 20;
+	CHECK(setrlimit(RLIMIT_FSIZE, &low) == 0, "setrlimit");
+	append(s, "lost", 10, 30);
+	pause_ms(5 * FSYNC_MS);
+	CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0, "setrlimit back");
+	spool_stats(s, &st);
+	CHECK(st.dropped == 20, "dropped %llu, want 20", (unsigned long long)st.dropped);
+	CHECK(stat(path, &sb) == 0, "stat");
+	/* there is room again: five more events */
+	append(s, "after", 30, 35);
+	pause_ms(5 * FSYNC_MS);
+	while (spool_take(s, path, sizeof(path)) == 1 && files < 10) {
+		CHECK(spool_read(path, collect, &seen) == 0, "spool_read %s", path);
+		spool_done(s, path);
+		files++;
+	}
+	spool_stats(s, &st);
+	CHECK(st.bytes == 0, "%llu bytes left", (unsigned long long)st.bytes);
+	spool_close(s);
+	CHECK(seen.n == 15, "read %d events back, want 15 (10 before, 5 after)", seen.n);
+	for (i = 0; i < seen.n && i < 15; i++) {
+		int k = i < 10 ? i : i + 20;
+
+		snprintf(want, sizeof(want), "%s-%02d-%s", i < 10 ? "before" : "after", k,
+		    "padding-padding");
+		CHECK_STR(seen.vals[i], want, "event read back");
+	}
+	rmdir(dir);
+}
+
+int
+main(void)
+{
+	test_failed_write();
+	return unit_done("test_spool");
+}
