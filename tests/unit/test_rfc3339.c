@@ -62,7 +62,7 @@ every_day(void)
 		for (int m = 1; m <= 12; m++) {
 			int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
 			int last = m == 2 && leap ? 29 : dm[m - 1];
-			char s[40];
+			char s[64];
 			int64_t us;
 
 			for (int d = 1; d <= last + 1; d++) {

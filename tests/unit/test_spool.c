@@ -48,7 +48,7 @@ pause_ms(int ms)
 static void
 append(struct spool *s, const char *tag, int from, int to)
 {
-	char key[16], val[32];
+	char key[32], val[64];
 
 	for (int i = from; i < to; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
@@ -61,7 +61,7 @@ append(struct spool *s, const char *tag, int from, int to)
 static void
 test_failed_write(void)
 {
-	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], want[32];
+	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], want[64];
 	struct spool_conf conf = { dir, 1 << 20, FSYNC_MS };
 	struct spool_stats st;
 	struct rlimit old, low;
