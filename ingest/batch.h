@@ -76,7 +76,7 @@ struct batch {
 	int32_t nparts;             /* length of next_offset */
 	int32_t *touched;           /* owned: partitions with next_offset set */
 	int32_t ntouched;
-	int32_t *months;            /* owned: year * 12 + month - 1, distinct */
+	int32_t *months;            /* owned: year * 12 + month - 1, distinct, ascending */
 	size_t nmonths, months_cap;
 	int64_t opened_ms;          /* monotonic ms when the first message came */
 };

@@ -40,7 +40,9 @@ struct event {
  * the field, e.g. "bad JSON: ...", "missing field: ts",
  * "wrong type: ts: expected integer", "unknown schema version: 3 (...)",
  * "unknown field: foo", "unknown field: [12] (13 elements, expected 12)",
- * "bad value: status: 200 is not one of 301, 302, 307, 308, 404, 410". */
+ * "bad value: status: 200 is not one of 301, 302, 307, 308, 404, 410".
+ * reason is always valid UTF-8 (errstr_set), as visit_reject.reason must be:
+ * a reason PostgreSQL refused would fail its batch on every retry. */
 int event_parse(const void *buf, size_t len, json_t **root, struct event *ev,
                 char *reason, size_t reason_size);
 

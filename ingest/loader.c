@@ -627,27 +627,14 @@ again:
 		return -1;
 	if (exec_ok(l, "BEGIN", errstr, errstr_size) < 0)
 		goto fail;
-	/* months in ascending order: two lanes creating the same new months
-	 * take their locks in one order, never waiting on each other in a
-	 * cycle */
-	for (int32_t prev = INT32_MIN;;) {
-		int32_t m = INT32_MAX;
-		int found = 0;
-
-		for (size_t i = 0; i < b->nmonths; i++)
-			if (b->months[i] > prev && b->months[i] <= m) {
-				m = b->months[i];
-				found = 1;
-			}
-		if (!found)
-			break;
-		prev = m;
-		if (known_month(l, m))
+	/* b->months is ascending (batch.h): lanes create months in one order */
+	for (size_t i = 0; i < b->nmonths; i++) {
+		if (known_month(l, b->months[i]))
 			continue;
-		if (ensure_month(l, m, errstr, errstr_size) < 0)
+		if (ensure_month(l, b->months[i], errstr, errstr_size) < 0)
 			goto fail;
 		if (npending < sizeof(pending) / sizeof(pending[0]))
-			pending[npending++] = m;
+			pending[npending++] = b->months[i];
 	}
 	if (nrows > 0) {
 		long long kept;

@@ -238,8 +238,9 @@ recover(struct app *a)
 	builder_reset(a->builder); /* the failure is logged and counted already */
 	a->taken = 0;
 	if (a->recovered_ms > 0 && now_ms() - a->recovered_ms < 10000) {
-		a->retry_ms = a->retry_ms == 0 ? 200 : a->retry_ms * 2 > 5000 ? 5000 :
-		    a->retry_ms * 2;
+		a->retry_ms = a->retry_ms == 0 ? 200 : 2 * a->retry_ms;
+		if (a->retry_ms > 5000)
+			a->retry_ms = 5000;
 		log_error("loading failed again %lld ms after recovering; retrying in %d ms",
 		    (long long)(now_ms() - a->recovered_ms), a->retry_ms);
 		idle_poll(a, a->retry_ms);

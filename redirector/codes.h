@@ -90,8 +90,7 @@ int codes_seq_key_from_secret(const char *secret, struct codes_key *out);
  * AES-256 under key, via OpenSSL EVP, of the round number, length and the
  * right half), cycle-walked until the value falls inside [0, 62^length);
  * the value is written with codes_base62_encode at exactly length digits.
- * Never a reserved word (codes_is_reserved): drawn again. out is the
- * caller's, length + 1 bytes. Returns 0, or -1 with errstr set
+ * out is the caller's, length + 1 bytes. Returns 0, or -1 with errstr set
  * (bad length, counter >= 62^length, libcrypto failure; out ""). The
  * permutation depends on key and on length. Thread-safe. */
 int codes_seq_encode(const struct codes_key *key, uint64_t counter, int length,

@@ -138,12 +138,12 @@ http_error(struct http_req *req, unsigned status, const char *code, const char *
 	va_list ap;
 	json_t *err;
 
+	/* errstr: the message may quote the request (a path, cut at a byte
+	 * count), jansson takes only UTF-8, and a NULL body would drop the
+	 * connection */
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	errstr_vset(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	/* the message may quote the request (a path, cut at a byte count):
-	 * jansson takes only UTF-8, and a NULL body would drop the connection */
-	errstr_utf8_clean(msg);
 	err = json_pack("{s:s, s:s}", "code", code, "message", msg);
 	if (field != NULL)
 		json_object_set_new(err, "field", json_string(field));
@@ -209,18 +209,25 @@ http_headers(struct http_req *req, const char *const *names, const char **values
 struct join {
 	const char *name;
 	char *buf;
-	size_t size, skip, pos; /* bytes of the whole join before buf's first; bytes seen */
+	size_t size;
+	size_t skip;  /* bytes of the whole join before buf's first */
+	size_t pos;   /* bytes of the whole join so far */
 	int found;
 };
 
-/* Appends n bytes of s to the join at j->pos; only those at or after
- * j->skip land in buf (the first pass, with buf NULL, only counts). */
+/* Appends n bytes of s to the join: the part from j->skip on, up to
+ * size - 1 bytes, lands in buf; pos counts them all. */
 static void
 join_put(struct join *j, const char *s, size_t n)
 {
-	for (size_t k = 0; k < n; k++, j->pos++)
-		if (j->buf != NULL && j->pos >= j->skip && j->pos - j->skip < j->size - 1)
-			j->buf[j->pos - j->skip] = s[k];
+	size_t from = j->pos < j->skip ? j->skip - j->pos : 0, at, room;
+
+	if (from < n) {
+		at = j->pos + from - j->skip;
+		room = at < j->size - 1 ? j->size - 1 - at : 0;
+		memcpy(j->buf + at, s + from, n - from < room ? n - from : room);
+	}
+	j->pos += n;
 }
 
 static enum MHD_Result
@@ -241,30 +248,30 @@ join_cb(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 char *
 http_header_join(struct http_req *req, const char *name, char *buf, size_t size)
 {
-	struct join j = { name, NULL, size, 0, 0, 0 };
-	char *comma;
+	struct join j = { name, buf, size, 0, 0, 0 };
+	char *keep;
 
 	if (size == 0)
 		return NULL;
-	buf[0] = '\0';
 	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, join_cb, &j);
 	if (!j.found)
 		return NULL;
-	/* Too long: keep the end. Proxies append, so the elements nearest the
-	 * right are the ones a trusted proxy wrote; a cut would otherwise let a
-	 * client push them out with a long header of its own. */
-	j.skip = j.pos > size - 1 ? j.pos - (size - 1) : 0;
-	j.buf = buf;
+	if (j.pos < size) {
+		buf[j.pos] = '\0';
+		return buf;
+	}
+	/* Too long: join again keeping the end, whole elements only. Proxies
+	 * append, so the elements nearest the right are the ones a trusted
+	 * proxy wrote; a cut at the end would let a client push them out with
+	 * a long header of its own. */
+	j.skip = j.pos - (size - 1);
 	j.pos = 0;
 	j.found = 0;
 	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, join_cb, &j);
-	buf[j.pos - j.skip] = '\0';
-	if (j.skip > 0) {
-		/* the first element kept is a cut one: drop it */
-		comma = strchr(buf, ',');
-		memmove(buf, comma != NULL ? comma + 1 : buf + strlen(buf),
-		    strlen(comma != NULL ? comma + 1 : buf + strlen(buf)) + 1);
-	}
+	buf[size - 1] = '\0';
+	keep = strchr(buf, ','); /* the first element kept was cut: drop it */
+	keep = keep != NULL ? keep + 1 : buf + size - 1;
+	memmove(buf, keep, strlen(keep) + 1);
 	return buf;
 }
 

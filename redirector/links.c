@@ -38,14 +38,12 @@ links_fail(struct links_err *err, int status, const char *code, const char *fiel
 
 	err->status = status;
 	err->code = code;
-	snprintf(err->field, sizeof(err->field), "%s", field ? field : "");
+	/* errstr: both may quote the request cut at a byte count, and the
+	 * error body is JSON, which takes only UTF-8 */
+	errstr_set(err->field, sizeof(err->field), "%s", field ? field : "");
 	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	errstr_vset(err->msg, sizeof(err->msg), fmt, ap);
 	va_end(ap);
-	/* Both may quote the request cut at a byte count; the error body is
-	 * JSON, and jansson refuses a string that is not UTF-8. */
-	errstr_utf8_clean(err->field);
-	errstr_utf8_clean(err->msg);
 	return -1;
 }
 
@@ -1009,23 +1007,18 @@ links_list(struct links *L, const char *tag, long long limit, const char *cursor
 		char *end;
 
 		errno = 0;
+		(void)strtoll(cursor, &end, 10);
 		/* a link id: digits only, within bigint */
-		if (!isdigit((unsigned char)*cursor) || strtoll(cursor, &end, 10) < 0 || *end != '\0' ||
-		    errno == ERANGE)
+		if (!isdigit((unsigned char)*cursor) || *end != '\0' || errno == ERANGE)
 			return links_fail(err, 400, "invalid_field", "cursor",
 			    "cursor must be a next_cursor value from a previous page");
 	}
-	if (tag != NULL && *tag) {
-		char copy[MAX_TAG_LEN + 1];
-
-		/* tags are 1-64 characters of UTF-8 text (parse_tags) */
-		if (strlen(tag) > MAX_TAG_LEN)
-			return links_fail(err, 400, "invalid_field", "tag",
-			    "tag must be at most %d bytes", MAX_TAG_LEN);
-		memcpy(copy, tag, strlen(tag) + 1);
-		if (errstr_utf8_clean(copy) != 0)
-			return links_fail(err, 400, "invalid_field", "tag", "tag must be UTF-8 text");
-	}
+	/* tags are 1-64 bytes of UTF-8 text (parse_tags) */
+	if (tag != NULL && strlen(tag) > MAX_TAG_LEN)
+		return links_fail(err, 400, "invalid_field", "tag", "tag must be at most %d bytes",
+		    MAX_TAG_LEN);
+	if (tag != NULL && !errstr_utf8_valid(tag))
+		return links_fail(err, 400, "invalid_field", "tag", "tag must be UTF-8 text");
 	snprintf(lim, sizeof(lim), "%lld", limit + 1);
 	params[0] = tag && *tag ? tag : NULL;
 	params[1] = cursor && *cursor ? cursor : NULL;

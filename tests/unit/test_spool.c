@@ -45,16 +45,37 @@ pause_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-static void
+/* Appends events from..to-1; returns the bytes they take on disk (a 12-byte
+ * header, the key, the value). */
+static off_t
 append(struct spool *s, const char *tag, int from, int to)
 {
 	char key[32], val[64];
+	off_t bytes = 0;
 
 	for (int i = from; i < to; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
 		snprintf(val, sizeof(val), "%s-%02d-%s", tag, i, "padding-padding");
 		CHECK(spool_append(s, key, strlen(key), val, strlen(val)) == 0, "append %s %d", tag,
 		    i);
+		bytes += (off_t)(12 + strlen(key) + strlen(val));
+	}
+	return bytes;
+}
+
+/* Waits up to 5 s for the writer thread: until path holds size bytes, or
+ * (size < 0) until the spool has counted dropped events. */
+static void
+wait_writer(struct spool *s, const char *path, off_t size, uint64_t dropped)
+{
+	for (int i = 0; i < 5000 / FSYNC_MS; i++) {
+		struct spool_stats st;
+		struct stat sb;
+
+		spool_stats(s, &st);
+		if (size >= 0 ? stat(path, &sb) == 0 && sb.st_size == size : st.dropped >= dropped)
+			return;
+		pause_ms(FSYNC_MS);
 	}
 }
 
@@ -69,6 +90,7 @@ test_failed_write(void)
 	struct seen seen = { 0 };
 	struct stat sb;
 	int files = 0, i;
+	off_t before;
 
 	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
 	s = spool_open(&conf, path, sizeof(path));
@@ -76,9 +98,9 @@ test_failed_write(void)
 	if (s == NULL)
 		return;
 	/* before: ten events on disk */
-	append(s, "before", 0, 10);
-	pause_ms(5 * FSYNC_MS);
 	snprintf(path, sizeof(path), "%s/spool.active", dir);
+	before = append(s, "before", 0, 10);
+	wait_writer(s, path, before, 0);
 	CHECK(stat(path, &sb) == 0 && sb.st_size > 0, "nothing written");
 	/* the disk "fills" 20 bytes further on: twenty events fail to go,
 	 * after part of one was written */
@@ -88,14 +110,13 @@ test_failed_write(void)
 	low.rlim_cur = (rlim_t)sb.st_size + 20;
 	CHECK(setrlimit(RLIMIT_FSIZE, &low) == 0, "setrlimit");
 	append(s, "lost", 10, 30);
-	pause_ms(5 * FSYNC_MS);
+	wait_writer(s, path, -1, 20);
 	CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0, "setrlimit back");
 	spool_stats(s, &st);
 	CHECK(st.dropped == 20, "dropped %llu, want 20", (unsigned long long)st.dropped);
 	CHECK(stat(path, &sb) == 0, "stat");
 	/* there is room again: five more events */
-	append(s, "after", 30, 35);
-	pause_ms(5 * FSYNC_MS);
+	wait_writer(s, path, before + append(s, "after", 30, 35), 0);
 	while (spool_take(s, path, sizeof(path)) == 1 && files < 10) {
 		CHECK(spool_read(path, collect, &seen) == 0, "spool_read %s", path);
 		spool_done(s, path);
