@@ -2,10 +2,13 @@
  * lines (JSON encoded by jansson). A mutex keeps lines whole across threads. */
 #include "log.h"
 
+#include "errstr.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +17,9 @@
 #include <time.h>
 
 static const char *log_prog = "linkpulse";
-static volatile int log_level = LOG_LVL_INFO;
-static volatile int log_format = LOG_FMT_LOGFMT;
+/* Set by log_init (again on a reload's thread) while other threads log. */
+static _Atomic int log_level = LOG_LVL_INFO;
+static _Atomic int log_format = LOG_FMT_LOGFMT;
 static pthread_mutex_t log_mtx = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const level_names[] = { "debug", "info", "warn", "error", "fatal" };
@@ -24,7 +28,8 @@ int
 log_init(const char *progname, const char *level, const char *format,
          char *errstr, size_t errstr_size)
 {
-	int lvl = log_level, fmt = log_format;
+	int lvl = atomic_load_explicit(&log_level, memory_order_relaxed);
+	int fmt = atomic_load_explicit(&log_format, memory_order_relaxed);
 
 	if (level != NULL) {
 		lvl = -1;
@@ -50,15 +55,15 @@ log_init(const char *progname, const char *level, const char *format,
 	}
 	if (progname != NULL)
 		log_prog = progname;
-	log_level = lvl;
-	log_format = fmt;
+	atomic_store_explicit(&log_level, lvl, memory_order_relaxed);
+	atomic_store_explicit(&log_format, fmt, memory_order_relaxed);
 	return 0;
 }
 
 int
 log_enabled(enum log_level lvl)
 {
-	return (int)lvl >= log_level;
+	return (int)lvl >= atomic_load_explicit(&log_level, memory_order_relaxed);
 }
 
 /* Writes s as a logfmt value: bare when safe, else quoted with escapes. */
@@ -96,7 +101,7 @@ vlog(int lvl, const char *errmsg, const char *fmt, va_list ap)
 	struct tm tm;
 	size_t n;
 
-	if (lvl < log_level)
+	if (lvl < atomic_load_explicit(&log_level, memory_order_relaxed))
 		return;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	if (errmsg != NULL) {
@@ -109,10 +114,17 @@ vlog(int lvl, const char *errmsg, const char *fmt, va_list ap)
 	snprintf(ts + n, sizeof(ts) - n, ".%03dZ", (int)(tv.tv_usec / 1000));
 
 	pthread_mutex_lock(&log_mtx);
-	if (log_format == LOG_FMT_JSON) {
-		json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "ts", ts,
+	if (atomic_load_explicit(&log_format, memory_order_relaxed) == LOG_FMT_JSON) {
+		json_t *o;
+		char *line;
+
+		/* jansson refuses a string that is not UTF-8 (a decoded request
+		 * path, a server message cut inside a character): the line would
+		 * be lost. Bad bytes become '?' instead. */
+		errstr_utf8_clean(msg);
+		o = json_pack("{s:s, s:s, s:s, s:s}", "ts", ts,
 		    "level", level_names[lvl], "prog", log_prog, "msg", msg);
-		char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+		line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
 
 		if (line != NULL) {
 			json_free_t jfree;

@@ -2,7 +2,10 @@
  * condition variable; broken connections are closed and reopened. */
 #include "pgpool.h"
 
+#include "errstr.h"
+
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +32,7 @@ pgpool_new(const char *dsn, int size, char *errstr, size_t errstr_size)
 		if (p != NULL)
 			free(p->dsn);
 		free(p);
-		snprintf(errstr, errstr_size, "out of memory");
+		errstr_set(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
 	p->size = size;
@@ -55,8 +58,11 @@ pgpool_free(struct pgpool *p)
 static PGconn *
 pg_connect(const char *dsn, char *errstr, size_t errstr_size)
 {
-	const char *keys[] = { "dbname", "connect_timeout", "application_name", NULL };
-	const char *vals[] = { dsn, "3", "linkpulse", NULL };
+	/* libpq takes the keywords in order: the DSN (expanded from dbname)
+	 * comes last so its connect_timeout or application_name win over these
+	 * defaults. */
+	const char *keys[] = { "connect_timeout", "application_name", "dbname", NULL };
+	const char *vals[] = { "3", "linkpulse", dsn, NULL };
 	PGconn *c = PQconnectdbParams(keys, vals, 1);
 	const char *msg;
 	size_t n;
@@ -64,12 +70,30 @@ pg_connect(const char *dsn, char *errstr, size_t errstr_size)
 	if (c != NULL && PQstatus(c) == CONNECTION_OK)
 		return c;
 	msg = c ? PQerrorMessage(c) : "out of memory";
-	snprintf(errstr, errstr_size, "PostgreSQL: %s", msg);
+	errstr_set(errstr, errstr_size, "PostgreSQL: %s", msg);
 	n = strlen(errstr);
 	while (n > 0 && (errstr[n - 1] == '\n' || errstr[n - 1] == ' '))
 		errstr[--n] = '\0';
 	PQfinish(c);
 	return NULL;
+}
+
+/* 1 when the idle c can be handed out. A connection the server has closed
+ * since it was put back (PostgreSQL restarted, idle_session_timeout, a
+ * terminated backend) still says CONNECTION_OK until libpq next reads, and
+ * the statement run on it would fail. An idle connection has nothing to
+ * read; a readable socket means the server's FATAL message and EOF (or, at
+ * worst, an asynchronous notice: closing it then only costs a reconnect). */
+static int
+idle_usable(PGconn *c)
+{
+	struct pollfd pfd;
+
+	if (PQstatus(c) != CONNECTION_OK || (pfd.fd = PQsocket(c)) < 0)
+		return 0;
+	pfd.events = POLLIN;
+	pfd.revents = 0;
+	return poll(&pfd, 1, 0) == 0;
 }
 
 PGconn *
@@ -89,7 +113,8 @@ pgpool_get(struct pgpool *p, int wait_ms, char *errstr, size_t errstr_size)
 	while (p->nidle == 0 && p->out >= p->size) {
 		if (pthread_cond_timedwait(&p->cond, &p->mtx, &until) == ETIMEDOUT) {
 			pthread_mutex_unlock(&p->mtx);
-			snprintf(errstr, errstr_size, "PostgreSQL: no free connection within %d ms", wait_ms);
+			errstr_set(errstr, errstr_size,
+			    "PostgreSQL: no free connection within %d ms", wait_ms);
 			return NULL;
 		}
 	}
@@ -98,7 +123,7 @@ pgpool_get(struct pgpool *p, int wait_ms, char *errstr, size_t errstr_size)
 	p->out++;
 	pthread_mutex_unlock(&p->mtx);
 
-	if (c != NULL && PQstatus(c) != CONNECTION_OK) {
+	if (c != NULL && !idle_usable(c)) {
 		PQfinish(c);
 		c = NULL;
 	}
@@ -141,7 +166,7 @@ result_or_error(PGconn *c, PGresult *r, char sqlstate[6], char *errstr, size_t e
 		return r;
 	if (sqlstate != NULL && (s = PQresultErrorField(r, PG_DIAG_SQLSTATE)) != NULL)
 		snprintf(sqlstate, 6, "%s", s);
-	snprintf(errstr, errstr_size, "PostgreSQL: %s",
+	errstr_set(errstr, errstr_size, "PostgreSQL: %s",
 	    r ? PQresultErrorMessage(r) : PQerrorMessage(c));
 	n = strlen(errstr);
 	while (n > 0 && (errstr[n - 1] == '\n' || errstr[n - 1] == ' '))

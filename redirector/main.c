@@ -487,6 +487,18 @@ serve(struct app *app)
 	int sig;
 	long threads = cf->http_threads ? cf->http_threads : sysconf(_SC_NPROCESSORS_ONLN);
 
+	/* Signals are taken by sigwait below. Blocked before the first thread
+	 * starts (the metrics daemon, the code pool's refill, the batch create
+	 * workers, librdkafka's), so every thread inherits the mask and a
+	 * SIGHUP or SIGTERM that arrives outside sigwait waits for it instead
+	 * of killing the process by its default action. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
 	if (metrics_setup(app, errstr, sizeof(errstr)) < 0) {
 		log_fatalx("metrics: %s", errstr);
 		return 1;
@@ -509,15 +521,6 @@ serve(struct app *app)
 		log_fatalx("%s", errstr);
 		return 1;
 	}
-	/* Signals are taken by sigwait below; every thread (librdkafka's too)
-	 * inherits the mask. */
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
 	if (*cf->kafka_bootstrap == '\0') {
 		log_warnx("kafka_bootstrap is empty: visits are NOT recorded");
 	} else {
