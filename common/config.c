@@ -143,12 +143,26 @@ trim(char *s)
 	return s;
 }
 
-/* Parses one "name = value" line in place. Returns 1 for a setting, 0 for a
- * blank or comment line, -1 with errstr for a syntax error. */
+/* Where an unquoted value's comment starts: a '#' first in the value or
+ * after a space or tab. NULL when there is none. */
+static char *
+comment_start(char *v)
+{
+	for (char *p = v; *p != '\0'; p++)
+		if (*p == '#' && (p == v || p[-1] == ' ' || p[-1] == '\t'))
+			return p;
+	return NULL;
+}
+
+/* Parses one "name = value" line in place. A value may be quoted ("...",
+ * to keep a '#' or outer spaces); a '#' that starts the value or follows a
+ * space or tab begins a comment, as does one after a quoted value's closing
+ * quote. Returns 1 for a setting, 0 for a blank or comment line, -1 with
+ * errstr for a syntax error. */
 static int
 parse_line(char *line, char **name, char **value, char *errstr, size_t errstr_size)
 {
-	char *eq, *v;
+	char *eq, *v, *hash;
 
 	line = trim(line);
 	if (*line == '\0' || *line == '#')
@@ -161,18 +175,25 @@ parse_line(char *line, char **name, char **value, char *errstr, size_t errstr_si
 	*name = trim(line);
 	v = trim(eq + 1);
 	if (*v == '"') {
-		size_t n = strlen(v);
+		char *q, *rest = NULL;
 
-		if (n < 2 || v[n - 1] != '"') {
+		/* the closing quote: the first one followed by nothing but
+		 * blanks, or blanks and a comment */
+		for (q = strchr(v + 1, '"'); q != NULL; q = strchr(q + 1, '"')) {
+			rest = q + 1;
+			while (*rest == ' ' || *rest == '\t')
+				rest++;
+			if (*rest == '\0' || *rest == '#')
+				break;
+		}
+		if (q == NULL) {
 			snprintf(errstr, errstr_size, "unterminated quoted value");
 			return -1;
 		}
-		v[n - 1] = '\0';
+		*q = '\0';
 		v++;
 	} else {
-		char *hash = strstr(v, " #");
-
-		if (hash != NULL)
+		if ((hash = comment_start(v)) != NULL)
 			*hash = '\0';
 		v = trim(v);
 	}
@@ -209,6 +230,12 @@ load_file(const struct cfg_prog *prog, void *conf, const char *path,
 			rc = -1;
 			break;
 		}
+	}
+	/* getline also ends at a read error (the path is a directory, EIO):
+	 * that is not an empty file */
+	if (rc == 0 && ferror(f)) {
+		snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
+		rc = -1;
 	}
 	free(line);
 	fclose(f);
