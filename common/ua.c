@@ -10,6 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "errstr.h"
 #include "ua_int.h"
 
 enum { L_UA = 0, L_OS, L_DEV, L_COUNT };
@@ -344,31 +345,50 @@ out_put(struct out *o, const char *s, size_t n)
 	}
 }
 
+/* n, less a UTF-8 character that s[0..n) ends inside of. */
+static size_t
+whole_chars(const char *s, size_t n)
+{
+	size_t i, need;
+	unsigned char lead;
+
+	if (n == 0)
+		return 0;
+	i = n - 1;
+	while (i > 0 && n - i < 4 && ((unsigned char)s[i] & 0xc0) == 0x80)
+		i--;
+	lead = (unsigned char)s[i];
+	need = lead < 0x80 ? 1 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+	return i + need > n ? i : n;
+}
+
 /* Ends the field: trailing white space off, a cut character off, NUL. */
 static void
 out_end(struct out *o)
 {
-	if (o->cut && o->n > 0) {
-		size_t i = o->n - 1, need;
-		unsigned char lead;
-
-		while (i > 0 && ((unsigned char)o->d[i] & 0xc0) == 0x80)
-			i--;
-		lead = (unsigned char)o->d[i];
-		need = lead < 0x80 ? 1 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
-		if (i + need > o->n)
-			o->n = i;
-	}
+	if (o->cut)
+		o->n = whole_chars(o->d, o->n);
 	while (o->n > 0 && is_space((unsigned char)o->d[o->n - 1]))
 		o->n--;
 	o->d[o->n] = '\0';
 }
 
+/* Group g of the match, whole characters only: PCRE2 runs on bytes (no UTF
+ * mode), so a group can begin or end inside a character ("[^;]{0,30}"
+ * counts bytes; the input is cut at UA_MAX_INPUT), and PostgreSQL refuses a
+ * text that is not UTF-8, which would stop the batch for good. */
 static void
 put_group(struct out *o, const char *s, const PCRE2_SIZE *ov, uint32_t ngroups, int g)
 {
-	if ((uint32_t)g < ngroups && ov[2 * g] != PCRE2_UNSET)
-		out_put(o, s + ov[2 * g], ov[2 * g + 1] - ov[2 * g]);
+	size_t a, b;
+
+	if ((uint32_t)g >= ngroups || ov[2 * g] == PCRE2_UNSET)
+		return;
+	a = ov[2 * g];
+	b = ov[2 * g + 1];
+	while (a < b && ((unsigned char)s[a] & 0xc0) == 0x80)
+		a++;
+	out_put(o, s + a, whole_chars(s + a, b - a));
 }
 
 /* Fills one field from a match: the replacement with $1..$9 expanded, or
@@ -392,6 +412,9 @@ fill(char *dst, size_t size, const char *repl, int defgroup, const char *s,
 		put_group(&o, s, ov, ngroups, defgroup);
 	}
 	out_end(&o);
+	/* whole groups of a subject that is not UTF-8 itself (ua_parse takes
+	 * any bytes): its bad bytes become '?' */
+	errstr_utf8_clean(dst);
 }
 
 static int

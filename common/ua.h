@@ -81,7 +81,8 @@
  *     Symbian, KaiOS, Firefox OS, Tizen, Sailfish, webOS, ...
  *  6. "desktop": OS family Windows (not Phone/Mobile/CE), Mac OS X/macOS,
  *     Linux distributions, Chrome OS, the BSDs, Solaris, ..., device family
- *     "Mac", or the markers "Windows NT", "Macintosh", "(X11", "CrOS".
+ *     "Mac", or the markers "Windows NT", "Macintosh", "(X11", "; CrOS " (not
+ *     the "cros" inside "Microsoft").
  *  7. "mobile": uap-core named the device with a brand (feature phones
  *     that carry none of the markers above, e.g. "SAMSUNG-SGH-E108").
  *  8. otherwise "other".

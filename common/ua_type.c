@@ -56,7 +56,7 @@ static const char *const mark_text[M_NMAX] = {
 	"android tv", "androidtv", "appletv", "apple tv", "crkey", "roku", "bravia",
 	"netcast", "tv safari", "; aft", "playstation", "xbox", "nintendo", "ouya",
 	"mozilla/", "dalvik", "nexus 7", "nexus 9", "nexus 10", "xoom", "sm-t", "gt-p",
-	"windows nt", "macintosh", "(x11", "cros", "midp", "j2me",
+	"windows nt", "macintosh", "(x11", "; cros ", "midp", "j2me",
 };
 
 _Static_assert(sizeof(ua_bot_tokens) / sizeof(ua_bot_tokens[0]) <= UA_TYPE_MAX_BOT,

@@ -468,6 +468,32 @@ def test_malformed_events_rejected_and_replays_stored_once(procs, pg, broker):
         sum(1 for g in good if g["link_id"] is not None)
 
 
+def test_user_agents_cut_inside_a_character_are_stored(procs, pg, broker):
+    """uap-core's groups count bytes ("[^;]{0,30}"): on a multibyte user agent
+    one can end inside a character. The fields keep whole characters, so the
+    batch loads (PostgreSQL refused the half character, and the batch failed
+    on every retry: one request could stop a partition for good)."""
+    gen = EventGen(seed=21)
+    uas = {
+        "HbbTV/1.1.1 (;Panasonic;VIERA 2012 " + "\u00fc" * 10 + ";1.261;)":
+            "VIERA 2012 " + "\u00fc" * 9,
+        "SAMSUNG-ANDROID-MMS/x" + "\u00e9" * 60: "x" + "\u00e9" * 49,
+        "HbbTV/1.1.1 (;Panasonic;" + "\U0001F600" * 700: None,  # cut at 2048 bytes
+    }
+    events = [gen.event(user_agent=ua) for ua in uas for _ in range(3)]
+    events += [gen.event() for _ in range(20)]
+    produce(broker.bootstrap, broker.topic, events)
+    ing = start_ingest(procs, pg, broker, batch_max_events=10)
+    wait_counts(pg, len(events), 0, proc=ing)
+    for ua, model in uas.items():
+        got = pg.psql("SELECT DISTINCT device_model FROM visit_record WHERE user_agent = "
+                      f"'{ua}'").splitlines()
+        assert len(got) == 1, (ua[:40], got)
+        if model is not None:
+            assert got[0] == model, (ua[:40], got)
+    assert_rollups(pg)
+
+
 def test_breakdowns_batch_rows_odd_values_and_compaction(procs, pg, broker):
     """link_day_dim (0007) is a view over per-batch array rows and compacted
     rows: values with array syntax in them survive, sums match visit_record

@@ -13,12 +13,14 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "errstr.h"
 #include "ua.h"
 #include "ua_int.h"
 #include "unit.h"
 
 #define EXCEPTIONS "tests/data/ua_exceptions.txt"
 #define TYPES "tests/data/ua_types.txt"
+#define UTF8_CASES "tests/data/ua_utf8_cases.txt"
 
 /* ---- uap-core suites ------------------------------------------------------ */
 
@@ -634,6 +636,80 @@ test_truncation(struct ua_parser *p)
 	    "model cut on a character boundary: %zu bytes", strlen(r.device.model));
 }
 
+/* Every field of r is valid UTF-8; returns the name of one that is not. */
+static const char *
+bad_utf8_field(const struct ua_result *r)
+{
+	const char *g[5];
+	static const char *const names[3] = { "browser", "os", "device" };
+
+	for (int w = 0; w < 3; w++) {
+		got_fields(w, r, g);
+		for (int k = 0; k < 5; k++)
+			if (g[k] != NULL && !errstr_utf8_valid(g[k]))
+				return names[w];
+	}
+	return NULL;
+}
+
+/* PCRE2 matches bytes: a group of uap-core's counted in bytes ("[^;]{0,30}")
+ * can end inside a character, and a cut input inside one. The fields keep
+ * whole characters only (PostgreSQL refuses text that is not UTF-8, and
+ * the batch holding it would fail for good). Cases from UTF8_CASES. */
+static void
+test_utf8(struct ua_parser *p)
+{
+	FILE *f = fopen(UTF8_CASES, "r");
+	char line[8192], big[UA_MAX_INPUT + 64];
+	int ln = 0, n = 0;
+	struct ua_result r;
+	const char *bad;
+	size_t o;
+
+	CHECK(f != NULL, "%s: cannot open", UTF8_CASES);
+	if (f == NULL)
+		return;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *ua = line, *field, *want;
+		const char *got;
+
+		ln++;
+		line[strcspn(line, "\r\n")] = '\0';
+		if (line[0] == '#' || line[0] == '\0')
+			continue;
+		if ((field = strchr(ua, '\t')) == NULL || (want = strchr(field + 1, '\t')) == NULL) {
+			CHECK(0, "%s:%d: want \"user agent<TAB>field<TAB>expected\"", UTF8_CASES, ln);
+			continue;
+		}
+		*field++ = '\0';
+		*want++ = '\0';
+		ua_parse_nocache(p, ua, strlen(ua), &r);
+		got = strcmp(field, "browser") == 0 ? r.browser.family :
+		    strcmp(field, "os") == 0 ? r.os.family :
+		    strcmp(field, "device") == 0 ? r.device.family :
+		    strcmp(field, "brand") == 0 ? r.device.brand : r.device.model;
+		CHECK(strcmp(got, want) == 0, "%s:%d: %s: expected \"%s\", got \"%s\"", UTF8_CASES,
+		    ln, field, want, got);
+		bad = bad_utf8_field(&r);
+		CHECK(bad == NULL, "%s:%d: %s field is not UTF-8", UTF8_CASES, ln, bad);
+		n++;
+	}
+	fclose(f);
+	/* the input cut at UA_MAX_INPUT inside a character, every offset */
+	for (int shift = 0; shift < 4; shift++) {
+		o = (size_t)snprintf(big, sizeof(big), "HbbTV/1.1.1 (;Panasonic;%.*s", shift, "xyz");
+		while (o + 4 < sizeof(big)) {
+			memcpy(big + o, "\xf0\x9f\x98\x80", 4);  /* U+1F600, 4 bytes */
+			o += 4;
+		}
+		ua_parse_nocache(p, big, o, &r);
+		bad = bad_utf8_field(&r);
+		CHECK(bad == NULL, "input cut at %d bytes, shift %d: %s field is not UTF-8",
+		    UA_MAX_INPUT, shift, bad);
+	}
+	printf("%s: %d cases\n", UTF8_CASES, n);
+}
+
 static void
 write_file(const char *path, const char *text)
 {
@@ -787,6 +863,7 @@ main(void)
 
 	test_prefilter();
 	test_types(p);
+	test_utf8(p);
 	test_edges(p);
 	test_cache(regexes, &suites[0]);
 	test_load_errors();
