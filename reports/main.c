@@ -652,7 +652,7 @@ write_links(struct query *q, struct query *q2, const struct args *a, const long 
 static int
 run(const struct args *a, const struct reports_conf *conf)
 {
-	char err[1024], name[64];
+	char err[1024], name[NAME_LEN];
 	struct query *q, *q2 = NULL;
 	long long *ids = NULL, id;
 	size_t n = 0;

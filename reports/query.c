@@ -210,18 +210,36 @@ static const char LINKS_SQL[] =
     " coalesce(t.visits, 0), coalesce(t.bot_visits, 0), l.deleted"
     " FROM url_link l LEFT JOIN link_total t ON t.url_link_id = l.id WHERE l.id = ANY($1::bigint[]) ORDER BY l.code";
 
+/* Puts libpq's message msg into errstr as one line (the README: every error
+ * is one line on stderr): its DETAIL, HINT and LINE lines and the tabs of a
+ * failed connection's "\tIs the server running" joined by single spaces. */
+static void
+pq_error(char *errstr, size_t errstr_size, const char *msg)
+{
+	char *w, *p;
+
+	errstr_set(errstr, errstr_size, "PostgreSQL: %s", msg);
+	if (errstr == NULL || errstr_size == 0)
+		return;
+	for (p = w = errstr; *p != '\0'; p++) {
+		char ch = *p == '\n' || *p == '\t' || *p == '\r' ? ' ' : *p;
+
+		if (ch != ' ' || (w > errstr && w[-1] != ' '))
+			*w++ = ch;
+	}
+	while (w > errstr && w[-1] == ' ')
+		w--;
+	*w = '\0';
+}
+
 static PGresult *
 checked(PGconn *c, PGresult *r, char *errstr, size_t errstr_size)
 {
 	ExecStatusType st = PQresultStatus(r);
-	size_t len;
 
 	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 		return r;
-	errstr_set(errstr, errstr_size, "PostgreSQL: %s", r ? PQresultErrorMessage(r) : PQerrorMessage(c));
-	len = errstr ? strlen(errstr) : 0;
-	while (len > 0 && (errstr[len - 1] == '\n' || errstr[len - 1] == ' '))
-		errstr[--len] = '\0';
+	pq_error(errstr, errstr_size, r ? PQresultErrorMessage(r) : PQerrorMessage(c));
 	PQclear(r);
 	return NULL;
 }
@@ -336,7 +354,7 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 {
 	struct query *q = calloc(1, sizeof(*q));
 	PGresult *r;
-	const char *vals[3];
+	const char *vals[3], *state;
 	int ndays, utc_days, edges;
 
 	*bad_input = 0;
@@ -350,7 +368,7 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	snprintf(q->top_n_s, sizeof(q->top_n_s), "%lld", top_n);
 	q->conn = PQconnectdb(dsn);
 	if (PQstatus(q->conn) != CONNECTION_OK) {
-		errstr_set(errstr, errstr_size, "PostgreSQL: %s", PQerrorMessage(q->conn));
+		pq_error(errstr, errstr_size, PQerrorMessage(q->conn));
 		query_close(q);
 		return NULL;
 	}
@@ -358,10 +376,19 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	 * queries are short: LLVM JIT compilation (PostgreSQL's jit setting)
 	 * would cost more than the queries themselves. */
 	vals[0] = tz;
-	if ((r = exec(q, SESSION_SQL, 1, NULL, vals, NULL, 0)) == NULL) {
+	r = PQexecParams(q->conn, SESSION_SQL, 1, NULL, vals, NULL, NULL, 0);
+	state = PQresultStatus(r) == PGRES_FATAL_ERROR ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	/* 22023 invalid_parameter_value: the zone. Any other failure (the
+	 * connection lost, a pooler's wait timeout) is not the user's input. */
+	if (state != NULL && strcmp(state, "22023") == 0) {
+		PQclear(r);
 		errstr_set(errstr, errstr_size, "unknown time zone \"%s\" (use an IANA name such as "
 		    "Europe/Paris or Asia/Shanghai)", tz);
 		*bad_input = 1;
+		query_close(q);
+		return NULL;
+	}
+	if ((r = checked(q->conn, r, errstr, errstr_size)) == NULL) {
 		query_close(q);
 		return NULL;
 	}
@@ -544,45 +571,55 @@ query_link_ids(struct query *q, const char *tag, int include_empty, long long **
 	return 0;
 }
 
+/* One link of a round: its id and its index in the round's ids and reports. */
+struct target_key {
+	long long id;
+	size_t i;
+};
+
 /* Where group g's figures go: reps[0] when combined, else the report of
- * link id g (ids sorted by index in order[]). */
+ * link id g, found in order[] (the round's ids with their indexes, sorted by
+ * id; each round thread sorts its own, so two rounds never share state). */
 struct targets {
-	const long long *ids;
 	json_t **reps;
-	size_t *order;
+	struct target_key *order;   /* owned by query_reports */
 	size_t n;
 	int combined;
 };
 
-static const long long *sort_ids;
-
 static int
-cmp_order(const void *a, const void *b)
+cmp_key(const void *a, const void *b)
 {
-	long long x = sort_ids[*(const size_t *)a], y = sort_ids[*(const size_t *)b];
+	long long x = ((const struct target_key *)a)->id, y = ((const struct target_key *)b)->id;
 
 	return x < y ? -1 : x > y;
+}
+
+/* The index of link id g in the round, or n when it is not one of them. */
+static size_t
+target_index(const struct targets *t, long long g)
+{
+	size_t lo = 0, hi = t->n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (t->order[mid].id < g)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < t->n && t->order[lo].id == g ? t->order[lo].i : t->n;
 }
 
 static json_t *
 target_of(const struct targets *t, long long g)
 {
-	size_t lo = 0, hi = t->n;
+	size_t i;
 
 	if (t->combined)
 		return t->reps[0];
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		long long v = t->ids[t->order[mid]];
-
-		if (v == g)
-			return t->reps[t->order[mid]];
-		if (v < g)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
+	return (i = target_index(t, g)) < t->n ? t->reps[i] : NULL;
 }
 
 static const char *
@@ -604,7 +641,7 @@ human_edges(struct query *q, const struct targets *t, const char *const *vals, P
 	static const Oid types[] = { OID_INT8ARR, OID_DATE, OID_DATE, OID_TEXT, OID_BOOL, OID_BOOL,
 	    OID_INT8, OID_INT8ARR, OID_TSTZARR, OID_TSTZARR };
 	size_t cap = 64, len[3] = { 0, 0, 0 };
-	char *buf[3];
+	char *buf[3] = { NULL, NULL, NULL };
 	const char *v[10];
 	PGresult *r;
 	int rc = -1;
@@ -620,7 +657,8 @@ human_edges(struct query *q, const struct targets *t, const char *const *vals, P
 			continue;
 		for (int k = 0; k < 3; k++) {
 			const char *s = PQgetvalue(series, i, k == 0 ? 0 : 7 + k);
-			size_t need = len[k] + strlen(s) + 4;
+			/* ,"s" then, after the last, the closing } and the NUL */
+			size_t need = len[k] + strlen(s) + 5;
 
 			if (need > cap) {
 				size_t ncap = need * 2;
@@ -836,10 +874,17 @@ fill(struct query *q, const long long *ids, size_t n, const struct targets *t,
 		int kind = kind_of(PQgetvalue(r, i, 1));
 		long long idx = strtoll(PQgetvalue(r, i, 2), NULL, 10);
 
+		const char *first = nul(r, i, 6), *last = nul(r, i, 7);
+
 		if (rep == NULL)
 			continue;
+		/* --exclude-bots: link_hour's first and last visits count bots.
+		 * human_edges replaces them where the group has a human hour
+		 * (column 8); a group with none has no human first or last visit. */
+		if (q->exclude_bots && kind == 't' && PQgetisnull(r, i, 8))
+			first = last = NULL;
 		model_set_counts(rep, kind, idx, strtoll(PQgetvalue(r, i, 3), NULL, 10),
-		    strtoll(PQgetvalue(r, i, 4), NULL, 10), nul(r, i, 6), nul(r, i, 7));
+		    strtoll(PQgetvalue(r, i, 4), NULL, 10), first, last);
 		if (q->hll)
 			model_set_uniques(rep, kind, idx, strtoll(PQgetvalue(r, i, 5), NULL, 10));
 	}
@@ -893,7 +938,7 @@ int
 query_reports(struct query *q, const long long *ids, size_t n, json_t **out,
               char *errstr, size_t errstr_size)
 {
-	struct targets t = { ids, out, NULL, n, 0 };
+	struct targets t = { out, NULL, n, 0 };
 	char *arr = NULL;
 	PGresult *r;
 	int rc = -1;
@@ -906,29 +951,21 @@ query_reports(struct query *q, const long long *ids, size_t n, json_t **out,
 		errstr_set(errstr, errstr_size, "out of memory");
 		return -1;
 	}
-	for (size_t i = 0; i < n; i++)
-		t.order[i] = i;
-	sort_ids = ids;
-	qsort(t.order, n, sizeof(*t.order), cmp_order);
+	for (size_t i = 0; i < n; i++) {
+		t.order[i].id = ids[i];
+		t.order[i].i = i;
+	}
+	qsort(t.order, n, sizeof(*t.order), cmp_key);
 	if ((r = links(q, ids, n, &arr, errstr, errstr_size)) == NULL)
 		goto out;
 	for (int i = 0; i < PQntuples(r); i++) {
 		struct model_link l;
 		json_t **slot;
-		size_t lo = 0, hi = n;
-		long long id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+		size_t k = target_index(&t, strtoll(PQgetvalue(r, i, 0), NULL, 10));
 
-		while (lo < hi) {
-			size_t mid = (lo + hi) / 2;
-
-			if (ids[t.order[mid]] < id)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		if (lo == n || ids[t.order[lo]] != id)
+		if (k == n)
 			continue;
-		slot = &out[t.order[lo]];
+		slot = &out[k];
 		l.code = PQgetvalue(r, i, 1);
 		l.short_url = PQgetvalue(r, i, 2);
 		l.long_url = PQgetvalue(r, i, 3);
@@ -962,7 +999,7 @@ query_combined(struct query *q, const char *tag, const long long *ids, size_t n,
 {
 	json_t *codes = json_array(), *rep = NULL;
 	long long all = 0, bots = 0;
-	struct targets t = { ids, &rep, NULL, n, 1 };
+	struct targets t = { &rep, NULL, n, 1 };
 	char *arr = NULL;
 	PGresult *r = links(q, ids, n, &arr, errstr, errstr_size);
 

@@ -375,6 +375,45 @@ def test_exclude_bots(db):
     assert [e["value"] for e in doc["top"]["browser"]] == ["Mobile Safari", "Chrome"]
 
 
+def test_exclude_bots_range_with_only_bots(db):
+    """Shanghai's May 3 holds one visit of rpA, curl's: without bots the
+    totals have no first or last visit (link_hour's edges count bots)."""
+    args = ("--link", "rpA", "--from", "2024-05-03", "--to", "2024-05-03", "--tz", "Asia/Shanghai")
+    t = report(db, *args)["totals"]
+    assert (t["visits"], t["bot_visits"]) == (0, 1), t  # visits are humans
+    assert t["first_visit"] == t["last_visit"] == "2024-05-03T23:45:00.000000+08:00"
+    t = report(db, *args, "--exclude-bots")["totals"]
+    assert (t["visits"], t["first_visit"], t["last_visit"]) == (0, None, None), t
+    csv_text = run(db, *args, "--exclude-bots", "--format", "csv").stdout
+    assert "23:45" not in csv_text, csv_text
+
+
+def test_link_out_keeps_a_long_code_in_the_file_name(db):
+    """--link CODE --out DIR writes DIR/link-CODE.EXT for codes up to 64
+    characters (a 64-byte name buffer cut the code and the extension)."""
+    code = "L" * 64
+    db.psql("INSERT INTO url_link (code, short_url, long_url, long_url_md5, tags) VALUES "
+            f"('{code}', 'http://s.test/{code}', 'https://example.com/long', md5('{code}'), '{{}}')")
+    try:
+        out = os.path.join(db.work, "long-code")
+        for fmt in ("json", "csv", "html"):
+            run(db, "--link", code, "--format", fmt, "--out", out)
+        assert sorted(os.listdir(out)) == [f"link-{code}.{e}" for e in ("csv", "html", "json")]
+    finally:
+        db.psql(f"DELETE FROM url_link WHERE code = '{code}'")
+
+
+def test_connection_error_is_one_line(db):
+    """libpq's messages span lines ("\tIs the server running ...?"): the
+    README promises every error on one line of stderr, exit 1."""
+    r = run(db, "--link", "rpA", "-o", f"pg_dsn=host=127.0.0.1 port={lpstack.free_port()} "
+            "dbname=x connect_timeout=3", check=False)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("reports: PostgreSQL: "), r.stderr
+    assert "\t" not in r.stderr and "  " not in lines[0], r.stderr
+
+
 def test_csv_parses_back_and_equals_json(db):
     args = ["--link", "rpA", "--from", "2024-05-01", "--to", "2024-05-03", "--tz", "Asia/Shanghai"]
     doc = report(db, *args)
