@@ -3,6 +3,7 @@ PostgreSQL (initdb/pg_ctl, as the postgres user when run as root), Redis, the
 dev Kafka broker and the linkpulse programs. Used by the tests (conftest.py)
 and by `make run` (python3 tests/lpstack.py run)."""
 import argparse
+import hashlib
 import os
 import pwd
 import re
@@ -454,6 +455,36 @@ def _dev_api_key(var, pg, bin_dir):
     return key
 
 
+DEV_PG_ROOT = "/var/lib/linkpulse-dev"
+
+
+def _pg_datadir(var):
+    """var/pg, or, as root when the postgres user cannot reach var (a clone
+    under /root, which is mode 0700), a directory under DEV_PG_ROOT named
+    after var's real path that var/pg links to: the data still stays across
+    runs and var/pg still leads to it."""
+    path = os.path.join(var, "pg")
+    if not IS_ROOT or subprocess.run(_as_postgres(["test", "-x", var]),
+                                     stderr=subprocess.DEVNULL).returncode == 0:
+        return path
+    if os.path.islink(path):
+        return os.path.realpath(path)
+    name = hashlib.sha1(os.path.realpath(var).encode()).hexdigest()[:16]
+    alt = os.path.join(DEV_PG_ROOT, name)
+    os.makedirs(alt, exist_ok=True)
+    os.chmod(DEV_PG_ROOT, 0o755)
+    os.chmod(alt, 0o755)
+    if os.path.isdir(path) and not os.listdir(path):
+        os.rmdir(path)  # left empty by an initdb that could not reach it
+    if os.path.exists(path):
+        raise RuntimeError(f"{path}: the postgres user cannot reach {var} (make it "
+                           "traversable, e.g. chmod o+x on its parents, or move it)")
+    os.symlink(os.path.join(alt, "pg"), path)
+    print(f"the postgres user cannot reach {var}: PostgreSQL's data is in "
+          f"{alt}/pg (var/pg links to it)", flush=True)
+    return os.path.join(alt, "pg")
+
+
 def run_stack(bin_dir, var, port):
     global BIN
     BIN = bin_dir
@@ -474,7 +505,7 @@ def run_stack(bin_dir, var, port):
         os.unlink(os.path.join(var, "run.env"))
     except FileNotFoundError:
         pass
-    pg = Postgres(os.path.join(var, "pg"), port=pg_port)
+    pg = Postgres(_pg_datadir(var), port=pg_port)
     with open(pg_port_file, "w") as f:
         f.write(str(pg.port))
     procs = []

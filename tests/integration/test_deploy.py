@@ -152,6 +152,11 @@ def test_compose_wiring(compose):
                 assert var in env, f"service {name}: {var} must be set (its default is local)"
                 host = re.sub(r"^[a-z]+://([^@/]*@)?", "", env[var]).split("/")[0].split(":")[0]
                 assert host in services, f"service {name}: {var} points at {host}, no such service"
+                if setting == "pg_dsn":
+                    # a generated password may hold '/', '@' or '%': never in the URI
+                    assert "PASSWORD" not in env[var], f"service {name}: password in {var}"
+                    assert env.get("PGPASSWORD") == "${POSTGRES_PASSWORD}", \
+                        f"service {name}: PGPASSWORD must carry the password"
             if "LINKPULSE_KAFKA_TOPIC" in env:
                 topics.add(env["LINKPULSE_KAFKA_TOPIC"])
             if prog == "reports":

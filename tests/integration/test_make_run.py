@@ -4,11 +4,13 @@ writes run.env with a working key, answers, carries a click end to end
 SIGINT; a second run keeps the data."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 import requests
 
 import lpstack
@@ -86,3 +88,35 @@ def test_make_run_stack(workdir):
         assert g.json()["hits"] == 1
     finally:
         stop(p)
+
+
+@pytest.mark.skipif(not lpstack.IS_ROOT, reason="only root runs PostgreSQL as another user")
+def test_make_run_in_a_private_home(workdir):
+    """As root, a clone under /root (mode 0700) is out of the postgres user's
+    reach: the cluster goes under lpstack.DEV_PG_ROOT, var/pg links to it, and
+    a second run finds the same data."""
+    home = os.path.join(workdir, "root")
+    var = os.path.join(home, "linkpulse", "var")
+    os.makedirs(var)
+    os.chmod(workdir, 0o755)
+    os.chmod(home, 0o700)
+    port = lpstack.free_port()
+    p, env = start(var, port)
+    alt = os.path.realpath(os.path.join(var, "pg"))
+    try:
+        assert os.path.islink(os.path.join(var, "pg"))
+        assert alt.startswith(lpstack.DEV_PG_ROOT + "/")
+        r = requests.post(env["BASE_URL"] + "/api/v1/links", json={"url": "https://example.com/h"},
+                          headers={"Authorization": "Bearer " + env["API_KEY"]}, timeout=10)
+        assert r.status_code == 201, r.text
+        code = r.json()["code"]
+        stop(p)
+        p, env2 = start(var, port)
+        assert env2["API_KEY"] == env["API_KEY"]
+        g = requests.get(env2["BASE_URL"] + "/api/v1/links/" + code,
+                         headers={"Authorization": "Bearer " + env2["API_KEY"]}, timeout=10)
+        assert g.status_code == 200 and g.json()["long_url"] == "https://example.com/h"
+    finally:
+        if p.poll() is None:
+            stop(p)
+        shutil.rmtree(os.path.dirname(alt), ignore_errors=True)
