@@ -298,7 +298,7 @@ one(struct api *a, struct http_req *req, const char *code, long long key)
 	enum MHD_Result res;
 	json_t *out, *body;
 
-	if (strcmp(req->method, "GET") == 0) {
+	if (http_is_get(req)) {
 		if (links_get(a->links, code, &out, &err) < 0)
 			return links_error(req, &err);
 		return http_json(req, 200, out);
@@ -318,8 +318,7 @@ one(struct api *a, struct http_req *req, const char *code, long long key)
 		json_decref(body);
 		return http_json(req, 200, out);
 	}
-	return http_error(req, 405, "method_not_allowed", NULL,
-	    "%s is not allowed on /api/v1/links/{code} (GET, PATCH, DELETE)", req->method);
+	return http_not_allowed(req, "GET, HEAD, PATCH, DELETE");
 }
 
 enum MHD_Result
@@ -344,15 +343,13 @@ api_handle(struct api *a, struct http_req *req, const char *sub)
 	if (strcmp(sub, "/links") == 0) {
 		if (strcmp(req->method, "POST") == 0)
 			return create_one(a, req, key);
-		if (strcmp(req->method, "GET") == 0)
+		if (http_is_get(req))
 			return list(a, req);
-		return http_error(req, 405, "method_not_allowed", NULL,
-		    "%s is not allowed on /api/v1/links (GET, POST)", req->method);
+		return http_not_allowed(req, "GET, HEAD, POST");
 	}
 	if (strcmp(sub, "/links/bulk") == 0 || strcmp(sub, "/links/resolve") == 0) {
 		if (strcmp(req->method, "POST") != 0)
-			return http_error(req, 405, "method_not_allowed", NULL,
-			    "only POST is allowed on /api/v1%s", sub);
+			return http_not_allowed(req, "POST");
 		return sub[7] == 'b' ? create_bulk(a, req, key) : resolve(a, req);
 	}
 	if (strncmp(sub, "/links/", 7) == 0 && sub[7] != '\0' && strchr(sub + 7, '/') == NULL)

@@ -27,6 +27,9 @@ static const char *const codes_reserved[] = {
 	"api", "healthz", "readyz", "metrics", "admin", "static", "favicon.ico",
 	"robots.txt", "login", "logout", "docs", "openapi.yaml", "www", "app",
 	"dashboard", "reports", "help", "about", "s", "r",
+	/* /api/v1/links/bulk and /resolve: a link with such a code could not
+	 * be read, changed or deleted at /api/v1/links/{code} */
+	"bulk", "resolve",
 };
 
 static pthread_once_t codes_once = PTHREAD_ONCE_INIT;

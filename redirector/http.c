@@ -112,8 +112,9 @@ http_text(struct http_req *req, unsigned status, const char *content_type,
 	return queue(req, status, resp);
 }
 
-enum MHD_Result
-http_json(struct http_req *req, unsigned status, json_t *body)
+/* The JSON response of body (stolen), with Allow: allow when not NULL. */
+static enum MHD_Result
+json_allow(struct http_req *req, unsigned status, json_t *body, const char *allow)
 {
 	char *s = json_dumps(body, JSON_COMPACT);
 	struct MHD_Response *resp;
@@ -127,7 +128,31 @@ http_json(struct http_req *req, unsigned status, json_t *body)
 		return MHD_NO;
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	if (allow != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
 	return queue(req, status, resp);
+}
+
+enum MHD_Result
+http_json(struct http_req *req, unsigned status, json_t *body)
+{
+	return json_allow(req, status, body, NULL);
+}
+
+enum MHD_Result
+http_not_allowed(struct http_req *req, const char *allow)
+{
+	char msg[256];
+
+	errstr_set(msg, sizeof(msg), "%.32s is not allowed here (allowed: %s)", req->method, allow);
+	return json_allow(req, 405, json_pack("{s:{s:s, s:s}}", "error", "code",
+	    "method_not_allowed", "message", msg), allow);
+}
+
+int
+http_is_get(const struct http_req *req)
+{
+	return strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
 }
 
 enum MHD_Result
@@ -151,6 +176,36 @@ http_error(struct http_req *req, unsigned status, const char *code, const char *
 }
 
 enum MHD_Result
+http_add_location(struct MHD_Response *resp, const char *url)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t high = 0, n = 0;
+	enum MHD_Result rc;
+	char *enc, *w;
+
+	for (const unsigned char *p = (const unsigned char *)url; *p != '\0'; p++, n++)
+		high += *p >= 0x80;
+	if (high == 0)
+		return MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, url);
+	if ((enc = malloc(n + 2 * high + 1)) == NULL)
+		return MHD_NO;
+	w = enc;
+	for (const unsigned char *p = (const unsigned char *)url; *p != '\0'; p++) {
+		if (*p < 0x80) {
+			*w++ = (char)*p;
+		} else {
+			*w++ = '%';
+			*w++ = hex[*p >> 4];
+			*w++ = hex[*p & 0xf];
+		}
+	}
+	*w = '\0';
+	rc = MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, enc);
+	free(enc);
+	return rc;
+}
+
+enum MHD_Result
 http_redirect(struct http_req *req, unsigned status, const char *location)
 {
 	struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL,
@@ -158,7 +213,7 @@ http_redirect(struct http_req *req, unsigned status, const char *location)
 
 	if (resp == NULL)
 		return MHD_NO;
-	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location) == MHD_NO) {
+	if (http_add_location(resp, location) == MHD_NO) {
 		MHD_destroy_response(resp);
 		return MHD_NO;
 	}

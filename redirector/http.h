@@ -80,7 +80,17 @@ enum MHD_Result http_json(struct http_req *req, unsigned status, json_t *body /*
 enum MHD_Result http_error(struct http_req *req, unsigned status, const char *code,
                            const char *field, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* 405 with the JSON error body and "Allow: allow" (RFC 9110 requires it),
+ * e.g. allow "GET, HEAD". */
+enum MHD_Result http_not_allowed(struct http_req *req, const char *allow);
+/* 1 when the request's method is GET or HEAD (MHD sends no body for HEAD). */
+int http_is_get(const struct http_req *req);
 enum MHD_Result http_redirect(struct http_req *req, unsigned status, const char *location);
+/* Adds Location: url to resp (MHD copies it). A Location is ASCII (RFC 9110,
+ * a URI reference): a URL kept as its creator sent it, with UTF-8 in its
+ * host, path or query, goes out with each byte of 0x80 or more as %XX, as
+ * browsers send it. MHD_NO when out of memory. */
+enum MHD_Result http_add_location(struct MHD_Response *resp, const char *url);
 enum MHD_Result http_text(struct http_req *req, unsigned status, const char *content_type,
                           const char *text, size_t len);
 

@@ -104,12 +104,6 @@ sb_elem(struct sbuf *b, const char *s)
 
 /* --------------------------------------------------------- the batch */
 
-static int
-item_dedupes(const struct fields *f)
-{
-	return f->dedupe && !f->has_expires && !f->has_valid && !(f->has_max && f->max_visits[0]);
-}
-
 int
 linkbatch_eligible(const struct links *L, const struct fields *f)
 {
@@ -423,7 +417,8 @@ out:
     "ex AS (SELECT i.idx, e.id FROM i CROSS JOIN LATERAL (SELECT l.id FROM url_link l " \
     "WHERE l.long_url_md5 = i.md5 AND l.long_url = i.long_url AND l.redirect_type = i.rt " \
     "AND l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL " \
-    "AND l.max_visits IS NULL AND l.strategy <> 3 ORDER BY l.id LIMIT 1) e WHERE i.dedupe), " \
+    "AND l.max_visits IS NULL AND l.strategy <> 3 AND l.tags = '{}' ORDER BY l.id LIMIT 1) e " \
+    "WHERE i.dedupe), " \
     "cn AS (INSERT INTO unique_code (code, status, type) SELECT i.code, 1, 0 FROM i " \
     "WHERE i.src = 1 AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) " \
     "ORDER BY i.code COLLATE \"C\" " \
@@ -725,7 +720,7 @@ run_items(struct links *L, struct linkbatch_item **it, size_t n, int warm)
 		it[i]->created = 0;
 		it[i]->dup_of = -1;
 		it[i]->src = SRC_POOL;
-		it[i]->dedupe = item_dedupes(it[i]->f);
+		it[i]->dedupe = links_fields_dedupe(it[i]->f);
 		digest_md5_hex(it[i]->f->url, strlen(it[i]->f->url), it[i]->md5);
 	}
 	mark_duplicates(it, n);

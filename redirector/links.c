@@ -180,6 +180,20 @@ row_json(PGresult *r, int i)
 
 /* ------------------------------------------------------ validation */
 
+/* Host names equal as DNS sees them: case aside, and a fully qualified
+ * "s.test." the same as "s.test" (it would redirect back to this service). */
+static int
+same_host(const char *a, const char *b)
+{
+	size_t na = strlen(a), nb = strlen(b);
+
+	if (na > 0 && a[na - 1] == '.')
+		na--;
+	if (nb > 0 && b[nb - 1] == '.')
+		nb--;
+	return na == nb && strncasecmp(a, b, na) == 0;
+}
+
 int
 links_check_url(struct links *L, const char *url, const char *field, struct links_err *err)
 {
@@ -209,7 +223,7 @@ links_check_url(struct links *L, const char *url, const char *field, struct link
 		ret = links_fail(err, 400, "invalid_url", field, "%s must use http or https", field);
 	} else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || *host == '\0') {
 		ret = links_fail(err, 400, "invalid_url", field, "%s has no host", field);
-	} else if (strcasecmp(host, L->base_host) == 0) {
+	} else if (same_host(host, L->base_host)) {
 		ret = links_fail(err, 400, "redirect_loop", field,
 		    "%s points at this service's own host (%s): that would loop", field, host);
 	}
@@ -246,7 +260,7 @@ parse_tags(json_t *v, char **out, struct links_err *err)
 
 		if (s == NULL || n == 0 || n > MAX_TAG_LEN)
 			return links_fail(err, 400, "invalid_field", "tags",
-			    "tags[%zu] must be a string of 1-%d characters", i, MAX_TAG_LEN);
+			    "tags[%zu] must be a string of 1-%d bytes", i, MAX_TAG_LEN);
 		for (size_t k = 0; k < n; k++)
 			if ((unsigned char)s[k] < 0x20 || s[k] == 0x7f)
 				return links_fail(err, 400, "invalid_field", "tags",
@@ -446,7 +460,16 @@ links_invalidate(struct links *L, const char *code, const char *md5)
 		freeReplyObject(r);
 }
 
-/* A link eligible for dedupe: same target, live, no per-link limits. */
+int
+links_fields_dedupe(const struct fields *f)
+{
+	return f->dedupe && !f->has_expires && !f->has_valid && !(f->has_max && f->max_visits[0]) &&
+	    !(f->has_tags && strcmp(f->tags, "{}") != 0);
+}
+
+/* A link eligible for dedupe: same target, live, no per-link limits, no
+ * tags (a tagged link returned to another request would count that
+ * request's visits in the tag's reports). */
 int
 links_dedupable(json_t *link, const char *url, const char *redirect_type)
 {
@@ -457,6 +480,7 @@ links_dedupable(json_t *link, const char *url, const char *redirect_type)
 	    json_is_null(json_object_get(link, "expires_at")) &&
 	    json_is_null(json_object_get(link, "valid_since")) &&
 	    json_is_null(json_object_get(link, "max_visits")) &&
+	    json_array_size(json_object_get(link, "tags")) == 0 &&
 	    json_integer_value(json_object_get(link, "redirect_type")) == atoi(redirect_type) &&
 	    strcmp(json_string_value(json_object_get(link, "strategy")), "alias") != 0;
 }
@@ -492,7 +516,8 @@ find_existing(struct links *L, PGconn *c, const char *url, const char *md5,
 	res = pgpool_exec(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.long_url_md5 = $1 "
 	    "AND l.long_url = $2 AND l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL "
 	    "AND l.valid_since IS NULL AND l.max_visits IS NULL AND l.strategy <> 3 "
-	    "AND l.redirect_type = $3::smallint ORDER BY l.id LIMIT 1", 3, params, NULL,
+	    "AND l.tags = '{}' AND l.redirect_type = $3::smallint ORDER BY l.id LIMIT 1", 3, params,
+	    NULL,
 	    errstr, errstr_size);
 	if (res == NULL)
 		return -1;
@@ -781,8 +806,7 @@ links_create_fields(struct links *L, struct fields *fp, long long key_id, json_t
 		links_db_fail(err, errstr);
 		goto done;
 	}
-	if (f.dedupe && strategy != LINKS_ALIAS && !f.has_expires && !f.has_valid &&
-	    !(f.has_max && f.max_visits[0])) {
+	if (strategy != LINKS_ALIAS && links_fields_dedupe(&f)) {
 		if (find_existing(L, c, f.url, md5, f.redirect_type, out, errstr, sizeof(errstr)) < 0) {
 			links_db_fail(err, errstr);
 			goto done;

@@ -66,6 +66,10 @@ json_t *links_row_json_at(PGresult *r, int i, int off);
 /* Checks req (borrowed) member by member; fills f (f->tags owned by the caller). */
 int links_parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f,
                        struct links_err *err);
+/* 1 when a create from f may return an existing link: dedupe on, and none of
+ * expiry, start time, visit limit or tags asked for (those always make a new
+ * link: the existing one would not carry them). Aliases are the caller's. */
+int links_fields_dedupe(const struct fields *f);
 /* A cached link that dedupe may return for (url, redirect_type). */
 int links_dedupable(json_t *link, const char *url, const char *redirect_type);
 /* Creates one link from parsed fields on the single (one row at a time) path. */

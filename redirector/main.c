@@ -197,8 +197,8 @@ metrics_answer(struct app *app, struct http_req *req)
 
 	if (!clientip_peer_trusted(app->metrics_allow, req->peer))
 		return http_error(req, 404, "not_found", NULL, "no such short link");
-	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0)
-		return http_error(req, 405, "method_not_allowed", NULL, "use GET");
+	if (!http_is_get(req))
+		return http_not_allowed(req, "GET, HEAD");
 	if ((resp = metricsd_response(app->metrics)) == NULL)
 		return http_error(req, 500, "internal", NULL, "out of memory");
 	req->status = 200;
@@ -256,6 +256,8 @@ route(void *ctx, struct http_req *req)
 			redirect_invalidate(app->redir, p + 14);
 		return r;
 	}
+	if ((strcmp(p, "/healthz") == 0 || strcmp(p, "/readyz") == 0) && !http_is_get(req))
+		return http_not_allowed(req, "GET, HEAD");
 	if (strcmp(p, "/healthz") == 0)
 		return http_json(req, 200, json_pack("{s:s}", "status", "ok"));
 	if (strcmp(p, "/metrics") == 0)

@@ -104,7 +104,7 @@ make_response(void *ctx, const char *code, const struct lcache_rec *rec)
 	(void)code;
 	if (resp == NULL)
 		return NULL;
-	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rec->long_url) == MHD_NO ||
+	if (http_add_location(resp, rec->long_url) == MHD_NO ||
 	    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
 	    "private, max-age=0") == MHD_NO) {
 		MHD_destroy_response(resp);
@@ -293,8 +293,8 @@ redirect_handle(struct redirect *r, struct http_req *req)
 	int64_t now = wall_us();
 	int status;
 
-	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0)
-		return http_error(req, 405, "method_not_allowed", NULL, "only GET and HEAD redirect");
+	if (!http_is_get(req))
+		return http_not_allowed(req, "GET, HEAD");
 	if (strcmp(req->path, "/") == 0 && req->query == NULL)
 		return http_json(req, 200, json_pack("{s:s, s:s}", "service", "linkpulse",
 		    "api", "/api/v1"));

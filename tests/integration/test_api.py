@@ -91,7 +91,15 @@ def test_dedupe_returns_existing(api):
     assert c.status_code == 201 and c.json()["code"] != a.json()["code"]
     d = api.create(url="https://example.com/same", redirect_type=301)
     assert d.status_code == 201 and d.json()["redirect_type"] == 301
-    assert api.pg.psql("SELECT count(*) FROM url_link") == "3"
+    # tags asked for make a new link (the existing one would not carry them);
+    # an empty list does not
+    e = api.create(url="https://example.com/same", tags=["spring"])
+    assert e.status_code == 201 and e.json()["tags"] == ["spring"]
+    assert api.req("GET", "/api/v1/links?tag=spring").json()["links"][0]["code"] == \
+        e.json()["code"]
+    f = api.create(url="https://example.com/same", tags=[])
+    assert f.status_code == 200 and f.json()["code"] == a.json()["code"]
+    assert api.pg.psql("SELECT count(*) FROM url_link") == "4"
 
 
 def test_alias_and_conflicts(api):
@@ -100,7 +108,7 @@ def test_alias_and_conflicts(api):
     assert r.json()["strategy"] == "alias"
     r2 = api.create(url="https://example.com/y", alias="Spring_Sale-2026")
     assert r2.status_code == 409 and r2.json()["error"]["field"] == "alias"
-    for bad in ["api", "HEALTHZ", "metrics"]:
+    for bad in ["api", "HEALTHZ", "metrics", "bulk", "Resolve"]:  # the last two: /links/{code}
         r3 = api.create(url="https://example.com/z", alias=bad)
         assert r3.status_code == 400 and r3.json()["error"]["code"] == "reserved_alias"
     r4 = api.create(url="https://example.com/z", alias="has space")
@@ -120,6 +128,7 @@ def test_alias_and_conflicts(api):
     ("https://example.com/" + "a" * 4100, "url", "invalid_url"),
     ("http://s.test/abc", "url", "redirect_loop"),
     ("http://S.TEST:80/abc", "url", "redirect_loop"),
+    ("http://s.test./abc", "url", "redirect_loop"),  # the same host, fully qualified
 ])
 def test_bad_urls_rejected(api, url, field, code):
     r = api.create(url=url)
@@ -239,6 +248,7 @@ def test_bulk_set_based_dedupe_and_fields(api):
     first = api.create(url="https://example.com/exists").json()
     api.redis.cli("DEL", f"lp:link:{first['code']}", "lp:md5code")
     second = api.create(url="https://example.com/cached").json()
+    tagged = api.create(url="https://example.com/tagged", tags=["x"]).json()
     items = [{"url": f"https://example.com/s{i}"} for i in range(300)]
     items[10] = {"url": "https://example.com/s5"}            # same as item 5
     items[20] = {"url": "https://example.com/exists"}        # in PostgreSQL only
@@ -247,6 +257,8 @@ def test_bulk_set_based_dedupe_and_fields(api):
     items[50] = {"url": "https://example.com/t", "tags": ["q\"uote", "back\\slash", "a,b"],
                  "expires_at": "2099-01-01T00:00:00Z", "max_visits": 7, "redirect_type": 301}
     items[60] = {"url": "https://example.com/s5", "redirect_type": 307}  # differs: new link
+    items[70] = {"url": "https://example.com/s5", "tags": ["t70"]}  # tags: new link
+    items[80] = {"url": "https://example.com/tagged"}  # a tagged link is never handed out
     r = api.req("POST", "/api/v1/links/bulk", {"links": items})
     assert r.status_code == 200, r.text
     res = r.json()["results"]
@@ -257,6 +269,10 @@ def test_bulk_set_based_dedupe_and_fields(api):
     assert res[30]["status"] == 200 and res[30]["link"]["code"] == second["code"]
     assert res[40]["status"] == 201 and res[40]["link"]["code"] != res[5]["link"]["code"]
     assert res[60]["status"] == 201 and res[60]["link"]["redirect_type"] == 307
+    assert res[70]["status"] == 201 and res[70]["link"]["tags"] == ["t70"]
+    assert res[70]["link"]["code"] != res[5]["link"]["code"]
+    assert res[80]["status"] == 201 and res[80]["link"]["code"] != tagged["code"]
+    assert res[80]["link"]["tags"] == []
     for k in (5, 50, 299):  # created items answer with the link as stored
         assert api.req("GET", "/api/v1/links/" + res[k]["link"]["code"]).json() == res[k]["link"]
     t = res[50]["link"]
@@ -265,7 +281,7 @@ def test_bulk_set_based_dedupe_and_fields(api):
     assert t["expires_at"].startswith("2099-01-01")
     codes = [x["link"]["code"] for x in res if x["status"] == 201]
     assert len(set(codes)) == len(codes) == 297
-    assert api.pg.psql("SELECT count(*) FROM url_link") == "299"
+    assert api.pg.psql("SELECT count(*) FROM url_link") == "300"
     # every link's code is in unique_code, pooled (2) or used (1), none in the reserve
     assert api.pg.psql("SELECT count(*) FROM url_link l LEFT JOIN unique_code u "
                        "ON u.code = l.code WHERE u.status IS NULL OR u.status NOT IN (1, 2)") \

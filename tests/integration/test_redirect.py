@@ -174,6 +174,43 @@ def test_expiry_and_start_take_effect_while_cached(procs, pg, redis, broker, wor
     assert red.get("/" + s).status_code == 410
 
 
+def test_location_is_ascii(red):
+    """A long URL with UTF-8 in it is kept as sent (the API returns it so)
+    and redirects with those bytes percent-encoded: a Location is a URI."""
+    url = "https://b\u00fccher.example/\u00fcber?q=\u00e4&r=%41"
+    link = red.create(url=url)
+    assert link["long_url"] == url
+    for _ in range(3):  # the prepared response of the cached entry too
+        r = red.get("/" + link["code"])
+        assert r.status_code == 302
+        assert r.headers["Location"] == \
+            "https://b%C3%BCcher.example/%C3%BCber?q=%C3%A4&r=%41", r.headers
+    assert red.api("GET", "/links/" + link["code"])["long_url"] == url
+
+
+def test_method_not_allowed_names_the_allowed(red):
+    """405 carries Allow (RFC 9110) and the JSON error; HEAD is answered
+    wherever GET is; /healthz and /readyz take only GET and HEAD."""
+    code = red.create(url="https://example.com/m405")["code"]
+    auth = {"Authorization": f"Bearer {red.key}"}
+    for method, path, allow in [("POST", "/" + code, "GET, HEAD"),
+                                ("POST", "/healthz", "GET, HEAD"),
+                                ("DELETE", "/readyz", "GET, HEAD"),
+                                ("PUT", "/api/v1/links", "GET, HEAD, POST"),
+                                ("GET", "/api/v1/links/bulk", "POST"),
+                                ("GET", "/api/v1/links/resolve", "POST"),
+                                ("PUT", "/api/v1/links/" + code, "GET, HEAD, PATCH, DELETE")]:
+        r = red.s.request(method, red.base + path, headers=auth, timeout=30,
+                          allow_redirects=False)
+        assert r.status_code == 405, (method, path, r.status_code, r.text)
+        assert r.headers.get("Allow") == allow, (method, path, r.headers)
+        assert r.headers["Content-Type"] == "application/json"
+        assert r.json()["error"]["code"] == "method_not_allowed", r.text
+    for path in ("/api/v1/links", "/api/v1/links/" + code):
+        r = red.s.head(red.base + path, headers=auth, timeout=30)
+        assert r.status_code == 200 and r.content == b"", (path, r.status_code)
+
+
 def test_query_form_and_query_string(red):
     code = red.create(url="https://example.com/q")["code"]
     r1 = red.get("/?" + code)
