@@ -88,8 +88,11 @@ BEGIN
     IF to_regclass(name) IS NULL THEN
         PERFORM pg_advisory_xact_lock(hashtext(name));
         IF to_regclass(name) IS NULL THEN
+            -- the month added in UTC: "m + interval '1 month'" on a
+            -- timestamptz adds it in the session's TimeZone (see 0015)
             EXECUTE format('CREATE TABLE %I PARTITION OF visit_record FOR VALUES FROM (%L) TO (%L)',
-                           name, m, m + interval '1 month');
+                           name, m, (date_trunc('month', ts AT TIME ZONE 'UTC') + interval '1 month')
+                                    AT TIME ZONE 'UTC');
             EXECUTE format('COMMENT ON TABLE %I IS %L', name,
                            'visit_record rows of ' || to_char(m AT TIME ZONE 'UTC', 'YYYY-MM') || ' (UTC)');
         END IF;

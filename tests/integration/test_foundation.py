@@ -98,6 +98,68 @@ def test_visit_partitions_created_on_demand(pg):
     assert pg.psql("SELECT count(*) FROM visit_record_203105") == "1"
 
 
+def test_partition_bounds_are_utc_months_in_any_session_zone(pg_cluster):
+    """Migrations and visit_record_ensure_partition bound each partition by
+    its UTC month whatever the session's TimeZone (PGTZ): in Europe/Berlin,
+    adding the month to a timestamptz made October overlap November (0002
+    failed from September to December), in America/New_York it left March
+    ending on the 28th. 0015 repairs empty misplaced partitions and names
+    the ones holding rows."""
+    name = f"lp_tz{os.getpid()}"
+    pg_cluster.psql(f"CREATE DATABASE {name}", db="postgres")
+    db = lpstack.Postgres(pg_cluster.datadir, port=pg_cluster.port)
+    db.dbname = name
+    try:
+        env = dict(os.environ, PGTZ="Europe/Berlin")
+        r = subprocess.run([os.path.join(lpstack.ROOT, "schemas/migrate.sh"), db.url],
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        env["PGTZ"] = "America/New_York"
+        for ts in ("2031-03-15 12:00+00", "2031-10-15 12:00+00", "2031-11-15 12:00+00"):
+            r = subprocess.run(["psql", "-XAtq", "-d", db.url, "-c",
+                                f"SELECT visit_record_ensure_partition('{ts}')"],
+                               capture_output=True, text=True, env=env)
+            assert r.returncode == 0, r.stderr
+
+        def bounds():
+            return dict(line.split("|") for line in db.psql(
+                "SET TimeZone = 'UTC'; SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) "
+                "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = 'visit_record'::regclass").splitlines() if "|" in line)
+        got = bounds()
+        assert len(got) >= 7, got
+        for rel, bound in got.items():
+            y, m = int(rel[-6:-2]), int(rel[-2:])
+            ny, nm = (y + 1, 1) if m == 12 else (y, m + 1)
+            assert bound == (f"FOR VALUES FROM ('{y:04d}-{m:02d}-01 00:00:00+00') "
+                             f"TO ('{ny:04d}-{nm:02d}-01 00:00:00+00')"), (rel, bound)
+        db.psql("INSERT INTO visit_record (id, unique_code, client_id, visit_time, http_status) "
+                "VALUES (1, 'abc', repeat('0', 40), '2031-03-31 23:30:00+00', 302)")
+        assert db.psql("SELECT count(*) FROM visit_record_203103") == "1"
+        # partitions an old function made in New York: 0015 makes the empty
+        # one again and names the one holding a row
+        db.psql("CREATE TABLE visit_record_209903 PARTITION OF visit_record FOR VALUES "
+                "FROM ('2099-03-01 00:00+00') TO ('2099-03-28 23:00+00'); "
+                "CREATE TABLE visit_record_209905 PARTITION OF visit_record FOR VALUES "
+                "FROM ('2099-05-01 00:00+00') TO ('2099-05-31 00:00+00'); "
+                "INSERT INTO visit_record (id, unique_code, client_id, visit_time, http_status) "
+                "VALUES (2, 'abc', repeat('0', 40), '2099-05-02 00:00+00', 302)")
+        r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d", db.url, "-f",
+                            os.path.join(lpstack.ROOT,
+                                         "schemas/migrations/0015_partition_bounds_utc.sql")],
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+        got = bounds()
+        assert got["visit_record_209903"] == ("FOR VALUES FROM ('2099-03-01 00:00:00+00') "
+                                              "TO ('2099-04-01 00:00:00+00')")
+        assert got["visit_record_209905"].endswith("TO ('2099-05-31 00:00:00+00')")
+        assert "visit_record_209905: bounds" in r.stderr and "holds rows" in r.stderr, r.stderr
+        assert "209903" not in r.stderr
+    finally:
+        pg_cluster.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", db="postgres",
+                        check=False)
+
+
 def _produce(bootstrap, n, timeout=10.0):
     delivered = []
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
