@@ -399,8 +399,12 @@ put_roll(struct batch_buf *r, const struct event *ev, const struct enrich_row *e
 		cat(v2, sizeof(v2), &n2, prov, strlen(prov));
 	}
 	v2[n2] = '\0';
+	/* country/province/city, the province empty where GeoIP has none
+	 * ("SG//Singapore"), as report_visit_dims (0006) builds it */
 	if (*city) {
-		cat(v3, sizeof(v3), &n3, v2, n2);
+		cat(v3, sizeof(v3), &n3, cc, strlen(cc));
+		cat(v3, sizeof(v3), &n3, "/", 1);
+		cat(v3, sizeof(v3), &n3, prov, strlen(prov));
 		cat(v3, sizeof(v3), &n3, "/", 1);
 		cat(v3, sizeof(v3), &n3, city, strlen(city));
 	}

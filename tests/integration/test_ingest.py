@@ -494,6 +494,25 @@ def test_user_agents_cut_inside_a_character_are_stored(procs, pg, broker):
     assert_rollups(pg)
 
 
+def test_city_without_province_keeps_its_country(procs, pg, broker):
+    """GeoIP gives Singapore a city and no subdivision: the city breakdown is
+    'SG//Singapore', as report_visit_dims (0006) and the comments define it
+    (ingest wrote '/Singapore': the country lost, and reports split the
+    city between whole days and range edges)."""
+    gen = EventGen(seed=22)
+    link = gen.links[0]
+    events = [gen.event(ip="202.166.0.1", link_id=link, code=f"c{link}", status=302)
+              for _ in range(10)]
+    produce(broker.bootstrap, broker.topic, events)
+    ing = start_ingest(procs, pg, broker)
+    wait_counts(pg, len(events), 0, proc=ing)
+    assert pg.psql("SELECT DISTINCT country_code, coalesce(province, '-'), city "
+                   "FROM visit_record") == "SG|-|Singapore"
+    assert pg.psql("SELECT DISTINCT value FROM link_day_dim WHERE dimension = 'city'") == \
+        "SG//Singapore"
+    assert_rollups(pg)
+
+
 def test_breakdowns_batch_rows_odd_values_and_compaction(procs, pg, broker):
     """link_day_dim (0007) is a view over per-batch array rows and compacted
     rows: values with array syntax in them survive, sums match visit_record
