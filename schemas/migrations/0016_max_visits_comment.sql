@@ -1,0 +1,2 @@
+-- 0016: url_link.max_visits says what the redirector counts against it.
+COMMENT ON COLUMN url_link.max_visits IS 'Visit limit: the link answers 410 once its counted visits reach it. Counted: every visit ingest loaded for the link (link_total.visits: bots and link-preview fetchers included, and requests answered 404 before valid_since or 410), plus the requests each redirector served since it last read that count (so across redirectors the limit is approximate by the ingest lag). NULL = unlimited.';
