@@ -625,17 +625,24 @@ again:
 	npending = 0;
 	if (connect_lane(l, errstr, errstr_size) < 0)
 		return -1;
-	if (exec_ok(l, "BEGIN", errstr, errstr_size) < 0)
-		goto fail;
-	/* b->months is ascending (batch.h): lanes create months in one order */
+	/* Month partitions first, each in a short transaction of its own:
+	 * CREATE TABLE ... PARTITION OF locks visit_record (ACCESS EXCLUSIVE)
+	 * until its transaction ends. Inside the batch's it was held through
+	 * the COPY and the rollups, every other lane waiting, and a lane that
+	 * needed two new months could deadlock with one that needed the
+	 * second. Here the lane holds no lock while it waits. */
 	for (size_t i = 0; i < b->nmonths; i++) {
 		if (known_month(l, b->months[i]))
 			continue;
-		if (ensure_month(l, b->months[i], errstr, errstr_size) < 0)
-			goto fail;
+		if (ensure_month(l, b->months[i], errstr, errstr_size) < 0) {
+			l->nknown = 0;
+			return -1;
+		}
 		if (npending < sizeof(pending) / sizeof(pending[0]))
 			pending[npending++] = b->months[i];
 	}
+	if (exec_ok(l, "BEGIN", errstr, errstr_size) < 0)
+		goto fail;
 	if (nrows > 0) {
 		long long kept;
 		PGresult *r;
