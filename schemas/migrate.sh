@@ -11,7 +11,11 @@ fi
 dir=$(cd "$(dirname "$0")/migrations" && pwd)
 PSQL="psql -X -q -v ON_ERROR_STOP=1 --no-psqlrc"
 
-$PSQL -d "$dsn" <<'SQL'
+# under the same lock as the files: two runs creating it at once would
+# collide on its row type even with IF NOT EXISTS
+$PSQL -1 -d "$dsn" <<'SQL'
+\o /dev/null
+SELECT pg_advisory_xact_lock(7301);
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    text PRIMARY KEY,
     applied_at timestamptz NOT NULL DEFAULT now()
@@ -27,11 +31,17 @@ for f in "$dir"/[0-9][0-9][0-9][0-9]_*.sql; do
 	if printf '%s\n' "$applied" | grep -qx "$v"; then
 		continue
 	fi
+	# Checked again under the lock: two runs at once (two deploy jobs) both
+	# saw it missing above, and the second would fail on what the first made.
 	{
-		echo "SELECT pg_advisory_xact_lock(7301);"
+		printf '%s\n' '\o /dev/null'
+		printf '%s\n' "SELECT pg_advisory_xact_lock(7301);"
+		printf '%s\n' "SELECT NOT EXISTS (SELECT 1 FROM schema_migrations WHERE version = '$v') AS lp_todo \\gset"
+		printf '%s\n' '\if :lp_todo'
 		cat "$f"
 		echo ";"
 		echo "INSERT INTO schema_migrations (version) VALUES ('$v');"
-	} | $PSQL -1 -d "$dsn" -f - >/dev/null
-	echo "migrate: applied $v"
+		printf '%s\n' "\\echo migrate: applied $v"
+		printf '%s\n' '\endif'
+	} | $PSQL -1 -d "$dsn" -f -
 done

@@ -98,6 +98,29 @@ def test_visit_partitions_created_on_demand(pg):
     assert pg.psql("SELECT count(*) FROM visit_record_203105") == "1"
 
 
+def test_two_migrate_runs_at_once(pg_cluster):
+    """Two deploy jobs running migrate.sh on one new database: each file is
+    applied once (checked again under the advisory lock) and both succeed."""
+    name = f"lp_mig{os.getpid()}"
+    pg_cluster.psql(f"CREATE DATABASE {name}", db="postgres")
+    db = lpstack.Postgres(pg_cluster.datadir, port=pg_cluster.port)
+    db.dbname = name
+    try:
+        runs = [subprocess.Popen([os.path.join(lpstack.ROOT, "schemas/migrate.sh"), db.url],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(2)]
+        outs = [p.communicate(timeout=300) for p in runs]
+        assert [p.returncode for p in runs] == [0, 0], outs
+        files = sorted(f[:-4] for f in os.listdir(os.path.join(lpstack.ROOT, "schemas/migrations"))
+                       if f.endswith(".sql"))
+        applied = sorted(line.split()[-1] for out, _ in outs for line in out.splitlines())
+        assert applied == files, outs
+        assert db.psql("SELECT version FROM schema_migrations ORDER BY 1").split() == files
+    finally:
+        pg_cluster.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", db="postgres",
+                        check=False)
+
+
 def test_partition_bounds_are_utc_months_in_any_session_zone(pg_cluster):
     """Migrations and visit_record_ensure_partition bound each partition by
     its UTC month whatever the session's TimeZone (PGTZ): in Europe/Berlin,
