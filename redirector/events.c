@@ -56,6 +56,7 @@ struct events {
 	struct local *locals;
 	uint64_t retired_events, retired_produced; /* of threads that exited */
 	_Atomic long long replay_outstanding;
+	_Atomic long long replay_failed;  /* deliveries of the file being replayed that failed */
 	_Atomic long long last_fail_log;
 };
 
@@ -108,10 +109,18 @@ dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 		if (!atomic_load_explicit(&ev->connected, memory_order_relaxed))
 			atomic_store(&ev->connected, 1);
 	} else {
-		if (!replay)
+		/* a live event goes to the spool; a replayed one is still in
+		 * the file it came from, which then stays for a later try
+		 * (replay_file): spooling it again could be refused at
+		 * spool_max_bytes, the replay file counting too, and the file
+		 * was removed all the same */
+		if (!replay) {
 			atomic_fetch_add(&ev->live_failed, 1);
+			to_spool(ev, m->key, m->key_len, m->payload, m->len);
+		} else {
+			atomic_fetch_add(&ev->replay_failed, 1);
+		}
 		atomic_fetch_add(&ev->failed, 1);
-		to_spool(ev, m->key, m->key_len, m->payload, m->len);
 		fail_log(ev, "delivery failed", rd_kafka_err2str(m->err));
 	}
 	if (replay)
@@ -793,7 +802,10 @@ replay_record(void *ctx, const char *key, size_t klen, const char *val, size_t v
 	rd_kafka_resp_err_t err;
 
 	for (;;) {
-		if (!atomic_load(&ev->running) || atomic_load(&ev->fatal))
+		/* Kafka gone again or a delivery of this file failed: the file
+		 * stays, no use feeding the rest of it */
+		if (!atomic_load(&ev->running) || atomic_load(&ev->fatal) ||
+		    !atomic_load(&ev->connected) || atomic_load(&ev->replay_failed) > 0)
 			return 1;
 		atomic_fetch_add(&ev->replay_outstanding, 1);
 		err = rd_kafka_producev(ev->rk_replay, RD_KAFKA_V_RKT(ev->rkt_replay),
@@ -810,9 +822,10 @@ replay_record(void *ctx, const char *key, size_t klen, const char *val, size_t v
 	}
 }
 
-/* Replays one spool file; removes it once every record is delivered or
- * back in the spool. Returns 0 when it was removed, -1 when it stays for a
- * later try. */
+/* Replays one spool file; removes it once every record is delivered.
+ * Returns 0 when it was removed, -1 when it stays for a later try (a
+ * delivery failed, Kafka went away, time ran out): then it is sent whole
+ * again, and ingest drops the repeats by event id. */
 static int
 replay_file(struct events *ev, const char *path)
 {
@@ -820,12 +833,14 @@ replay_file(struct events *ev, const char *path)
 	int rc;
 
 	log_info("events: replaying %s", path);
+	atomic_store(&ev->replay_failed, 0);
 	rc = spool_read(path, replay_record, ev);
 	deadline = mono_ms() + ev->message_timeout_ms + 5000;
 	while (atomic_load(&ev->replay_outstanding) > 0 && mono_ms() < deadline &&
 	    atomic_load(&ev->running))
 		nap(ev, 10);
-	if (rc == 0 && atomic_load(&ev->replay_outstanding) == 0) {
+	if (rc == 0 && atomic_load(&ev->replay_outstanding) == 0 &&
+	    atomic_load(&ev->replay_failed) == 0) {
 		spool_done(ev->spool, path);
 		log_info("events: replayed %s (%llu replayed in all)", path,
 		    (unsigned long long)atomic_load(&ev->replayed));

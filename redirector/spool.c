@@ -78,6 +78,15 @@ fsync_dir(const char *dir)
 	}
 }
 
+static long long
+mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec;
+}
+
 static int
 open_active(struct spool *s)
 {
@@ -141,6 +150,22 @@ write_pending(struct spool *s, struct buf *spare)
 	struct buf b;
 	size_t off = 0;
 
+	/* io held from here to the end of the write: the active file cannot
+	 * go away under it. With no active file (reopening it after a
+	 * rotation failed: EMFILE, EDQUOT, no inodes) the records stay in
+	 * memory, counted against spool_max_bytes, until an open works; they
+	 * were discarded without a word. */
+	pthread_mutex_lock(&s->io);
+	if (s->fd < 0 && open_active(s) < 0) {
+		long long now = mono_s(), last = atomic_load(&s->last_cap_log);
+
+		pthread_mutex_unlock(&s->io);
+		if (now > last && atomic_compare_exchange_strong(&s->last_cap_log, &last, now))
+			log_error("spool: cannot open %s/spool.active (%s): %llu bytes of visit "
+			    "events wait in memory", s->dir, strerror(errno),
+			    (unsigned long long)atomic_load(&s->bytes));
+		return;
+	}
 	pthread_mutex_lock(&s->mtx);
 	b = s->pending;
 	s->pending = *spare;
@@ -149,7 +174,6 @@ write_pending(struct spool *s, struct buf *spare)
 	if (b.len > 0) {
 		uint64_t start;
 
-		pthread_mutex_lock(&s->io);
 		start = s->active_bytes;
 		while (s->fd >= 0 && off < b.len) {
 			ssize_t n = write(s->fd, b.p + off, b.len - off);
@@ -180,8 +204,8 @@ write_pending(struct spool *s, struct buf *spare)
 		}
 		if (s->fd >= 0 && fdatasync(s->fd) < 0)
 			log_warn("spool: fdatasync");
-		pthread_mutex_unlock(&s->io);
 	}
+	pthread_mutex_unlock(&s->io);
 	b.len = 0;
 	*spare = b;
 }
@@ -316,15 +340,6 @@ spool_close(struct spool *s)
 	pthread_mutex_destroy(&s->mtx);
 	free(s->dir);
 	free(s);
-}
-
-static long long
-mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec;
 }
 
 int

@@ -1,7 +1,8 @@
 /* test_spool.c - redirector/spool.c: records written and read back in order,
  * and a write that fails part-way (the file size limit standing in for a
  * full disk) loses only the events of that write, counted as dropped, and
- * never the events spooled after it. */
+ * never the events spooled after it; and with no active file (reopening it
+ * after a rotation failed) the events wait in memory until it opens. */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -136,9 +137,57 @@ test_failed_write(void)
 	rmdir(dir);
 }
 
+/* The active file cannot be opened again after a rotation (out of file
+ * descriptors here): the events appended meanwhile are not lost, they are
+ * written once the open works. */
+static void
+test_reopen_fails(void)
+{
+	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], active[4096], want[64];
+	struct spool_conf conf = { dir, 1 << 20, FSYNC_MS };
+	struct spool_stats st;
+	struct rlimit old, low;
+	struct spool *s;
+	struct seen seen = { 0 };
+	int files = 0;
+
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	s = spool_open(&conf, path, sizeof(path));
+	CHECK(s != NULL, "spool_open: %s", path);
+	if (s == NULL)
+		return;
+	snprintf(active, sizeof(active), "%s/spool.active", dir);
+	wait_writer(s, active, append(s, "a", 0, 5), 0);
+	/* no descriptor can be opened from here on (the ones open stay) */
+	CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
+	low = old;
+	low.rlim_cur = 0;
+	CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0, "setrlimit");
+	CHECK(spool_take(s, path, sizeof(path)) == -1, "the reopen after the rotation fails");
+	append(s, "b", 5, 10);
+	pause_ms(10 * FSYNC_MS);  /* writer cycles with no file to write to */
+	CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit back");
+	spool_stats(s, &st);
+	CHECK(st.dropped == 0, "dropped %llu, want 0", (unsigned long long)st.dropped);
+	wait_writer(s, active, 5 * (12 + 2 + 20), 0);
+	while (spool_take(s, path, sizeof(path)) == 1 && files < 10) {
+		CHECK(spool_read(path, collect, &seen) == 0, "spool_read %s", path);
+		spool_done(s, path);
+		files++;
+	}
+	spool_close(s);
+	CHECK(seen.n == 10, "read %d events back, want 10", seen.n);
+	for (int i = 0; i < seen.n && i < 10; i++) {
+		snprintf(want, sizeof(want), "%s-%02d-%s", i < 5 ? "a" : "b", i, "padding-padding");
+		CHECK_STR(seen.vals[i], want, "event read back");
+	}
+	rmdir(dir);
+}
+
 int
 main(void)
 {
 	test_failed_write();
+	test_reopen_fails();
 	return unit_done("test_spool");
 }
