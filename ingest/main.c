@@ -99,6 +99,8 @@ struct app {
 	struct consumer *cons;
 	int failed;              /* recording a lost range failed: reconnect, re-seek
 	                          * (failed builds and loads: builder_failed) */
+	int unloaded;            /* a batch failed and no recovery has loaded since:
+	                          * its events wait in Kafka (exit 1 if we stop) */
 	size_t taken;            /* messages given to the builder since the last close */
 	int64_t opened_ms;       /* monotonic ms when the first of them came */
 	const char *config_path; /* for SIGHUP */
@@ -237,6 +239,7 @@ recover(struct app *a)
 
 	builder_reset(a->builder); /* the failure is logged and counted already */
 	a->taken = 0;
+	a->unloaded = 1;
 	if (a->recovered_ms > 0 && now_ms() - a->recovered_ms < 10000) {
 		a->retry_ms = a->retry_ms == 0 ? 200 : 2 * a->retry_ms;
 		if (a->retry_ms > 5000)
@@ -259,6 +262,7 @@ recover(struct app *a)
 	atomic_store(&unhealthy, 0);
 	if (consumer_reseek(a->cons) < 0)
 		return;
+	a->unloaded = 0;
 	log_info("recovered: loading again from the stored offsets");
 }
 
@@ -471,6 +475,13 @@ main(int argc, char **argv)
 	run(&a);
 	log_info("stopping: finishing the current batch");
 	drain(&a);
+	/* the supervisor should know: the events consumed since the last
+	 * commit stay in Kafka (their offsets did not move) for the next start */
+	if (a.failed || a.unloaded || builder_failed(a.builder)) {
+		log_error("stopping: the last batch could not be loaded; its events are loaded "
+		    "at the next start (the stored offsets did not move)");
+		rc = 1;
+	}
 out:
 	consumer_close(a.cons);
 	compactor_stop(a.compactor);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +38,7 @@ struct spool {
 
 	pthread_mutex_t io;      /* the active fd, rotation */
 	int fd;
+	int lock_fd;             /* spool_dir/lock, flock()ed for the spool's life */
 	uint64_t active_bytes;   /* bytes written to the active file */
 	uint64_t next_seq;
 
@@ -278,12 +280,31 @@ spool_open(const struct spool_conf *conf, char *errstr, size_t errstr_size)
 	s->max_bytes = conf->max_bytes;
 	s->fsync_ms = conf->fsync_ms > 0 ? conf->fsync_ms : 1;
 	s->fd = -1;
+	s->lock_fd = -1;
 	pthread_mutex_init(&s->mtx, NULL);
 	pthread_mutex_init(&s->io, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	if (mkdirs(s->dir) < 0) {
 		errstr_set(errstr, errstr_size, "spool_dir %s: %s", s->dir, strerror(errno));
 		goto fail;
+	}
+	/* one process per spool_dir: a second one renamed the first's live
+	 * file, replayed and deleted it under it, and its rotations could
+	 * take the first's replay file names */
+	{
+		char lock[4096];
+
+		snprintf(lock, sizeof(lock), "%s/lock", s->dir);
+		if ((s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+			errstr_set(errstr, errstr_size, "spool_dir %s: %s", lock, strerror(errno));
+			goto fail;
+		}
+		if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+			errstr_set(errstr, errstr_size, "spool_dir %s is in use by another process "
+			    "(each redirector needs a spool_dir of its own): %s", s->dir,
+			    strerror(errno));
+			goto fail;
+		}
 	}
 	scan(s);
 	if (open_active(s) < 0) {
@@ -331,6 +352,8 @@ spool_close(struct spool *s)
 		fdatasync(s->fd);
 		close(s->fd);
 	}
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);  /* the lock goes with it */
 	if (atomic_load(&s->bytes) > 0)
 		log_info("spool: %llu bytes left in %s for the next start",
 		    (unsigned long long)atomic_load(&s->bytes), s->dir);

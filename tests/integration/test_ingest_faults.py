@@ -112,6 +112,35 @@ def test_postgres_down_20s_during_stream(procs, workdir, broker):
         pg.stop(mode="immediate")
 
 
+def test_sigterm_with_postgres_down_exits_1_and_loses_nothing(procs, workdir, broker):
+    """SIGTERM while PostgreSQL is down: the last batch cannot be loaded, so
+    ingest says so and exits 1 (it exited 0); its events stay in Kafka with
+    the offsets where they were, and the next start loads them once."""
+    os.chmod(workdir, 0o755)  # the postgres user must reach its data directory
+    pg = lpstack.Postgres(os.path.join(workdir, "pgdown"), fast=True).up()
+    try:
+        gen = EventGen(seed=14)
+        first, second = [gen.event() for _ in range(100)], [gen.event() for _ in range(50)]
+        ing = start_ingest(procs, pg, broker, batch_max_ms=300)
+        produce(broker.bootstrap, broker.topic, first)
+        wait_counts(pg, 100, 0, proc=ing)
+        pg.stop(mode="fast")
+        produce(broker.bootstrap, broker.topic, second)
+        time.sleep(2)
+        ing.expect_failure = True
+        assert ing.stop(timeout=60) == 1, ing.output()[-3000:]
+        assert "the last batch could not be loaded" in ing.output()
+        pg.start()
+        ing2 = start_ingest(procs, pg, broker, batch_max_ms=300)
+        wait_counts(pg, 150, 0, proc=ing2)
+        assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == "150"
+        assert pg.psql("SELECT count(DISTINCT id) FROM visit_record") == "150"
+        assert_rollups(pg)
+        ing2.stop()
+    finally:
+        pg.stop(mode="immediate")
+
+
 def test_offsets_dropped_by_broker_land_in_ingest_lost(procs, pg, broker):
     """The dev broker keeps at most 5 MiB per partition: 7 MiB into partition 0
     before ingest starts makes the first offsets unreadable."""

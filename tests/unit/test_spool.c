@@ -80,6 +80,19 @@ wait_writer(struct spool *s, const char *path, off_t size, uint64_t dropped)
 	}
 }
 
+/* Removes a test's spool directory: its active file, lock and itself. */
+static void
+remove_dir(const char *dir)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/spool.active", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	unlink(path);
+	CHECK(rmdir(dir) == 0, "rmdir %s: a file is left", dir);
+}
+
 static void
 test_failed_write(void)
 {
@@ -134,7 +147,7 @@ test_failed_write(void)
 		    "padding-padding");
 		CHECK_STR(seen.vals[i], want, "event read back");
 	}
-	rmdir(dir);
+	remove_dir(dir);
 }
 
 /* The active file cannot be opened again after a rotation (out of file
@@ -181,7 +194,30 @@ test_reopen_fails(void)
 		snprintf(want, sizeof(want), "%s-%02d-%s", i < 5 ? "a" : "b", i, "padding-padding");
 		CHECK_STR(seen.vals[i], want, "event read back");
 	}
-	rmdir(dir);
+	remove_dir(dir);
+}
+
+/* One process per spool_dir: a second spool on it is refused while the
+ * first is open, and allowed once it is closed. */
+static void
+test_one_owner(void)
+{
+	char dir[] = "/tmp/test_spool_XXXXXX", err[512];
+	struct spool_conf conf = { dir, 1 << 20, FSYNC_MS };
+	struct spool *a, *b;
+
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	a = spool_open(&conf, err, sizeof(err));
+	CHECK(a != NULL, "spool_open: %s", err);
+	b = spool_open(&conf, err, sizeof(err));
+	CHECK(b == NULL && strstr(err, "is in use by another process") != NULL,
+	    "a second spool on %s: %s", dir, b ? "opened" : err);
+	spool_close(b);
+	spool_close(a);
+	b = spool_open(&conf, err, sizeof(err));
+	CHECK(b != NULL, "spool_open after close: %s", err);
+	spool_close(b);
+	remove_dir(dir);
 }
 
 int
@@ -189,5 +225,6 @@ main(void)
 {
 	test_failed_write();
 	test_reopen_fails();
+	test_one_owner();
 	return unit_done("test_spool");
 }
