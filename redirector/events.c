@@ -992,9 +992,16 @@ events_close(struct events *ev)
 	if (ev->threads >= 1)
 		pthread_join(ev->poller, NULL);
 	if (ev->rk != NULL) {
+		/* one shutdown_flush_ms for both producers (each waited it in
+		 * full, twice the time a supervisor's stop timeout was sized
+		 * for); the replay producer's messages are all still in the
+		 * file they came from, which stays unless every one of them
+		 * was delivered */
+		long long end = mono_ms() + ev->shutdown_flush_ms;
+
 		flush_producer(ev->rk, ev->shutdown_flush_ms);
 		if (ev->rk_replay != NULL)
-			flush_producer(ev->rk_replay, ev->shutdown_flush_ms);
+			flush_producer(ev->rk_replay, end > mono_ms() ? (int)(end - mono_ms()) : 0);
 		events_stats(ev, &st);
 		log_info("events: events=%llu produced=%llu delivered=%llu failed=%llu spooled=%llu "
 		    "replayed=%llu spool_dropped=%llu spool_bytes=%llu",
