@@ -612,8 +612,6 @@ load(struct loader *l, const struct batch *b, struct loader_result *res, char *e
 	double t0 = mono_ms(), t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0, tc = t0;
 	int crc, probe = l->probe_batches > 0;
 	unsigned char *keep = NULL;
-	int32_t pending[64];
-	size_t npending;
 	int64_t *next = NULL;
 	int32_t ntouched = b->ntouched;
 	size_t nrows = b->rows, nrejects = b->nrejects;
@@ -622,7 +620,6 @@ load(struct loader *l, const struct batch *b, struct loader_result *res, char *e
 	if (ntouched == 0)
 		return 0; /* no message of this lane's partitions in the batch */
 again:
-	npending = 0;
 	if (connect_lane(l, errstr, errstr_size) < 0)
 		return -1;
 	/* Month partitions first, each in a short transaction of its own:
@@ -630,7 +627,8 @@ again:
 	 * until its transaction ends. Inside the batch's it was held through
 	 * the COPY and the rollups, every other lane waiting, and a lane that
 	 * needed two new months could deadlock with one that needed the
-	 * second. Here the lane holds no lock while it waits. */
+	 * second. Here the lane holds no lock while it waits, and a month
+	 * is known as soon as its partition is committed. */
 	for (size_t i = 0; i < b->nmonths; i++) {
 		if (known_month(l, b->months[i]))
 			continue;
@@ -638,8 +636,7 @@ again:
 			l->nknown = 0;
 			return -1;
 		}
-		if (npending < sizeof(pending) / sizeof(pending[0]))
-			pending[npending++] = b->months[i];
+		remember_month(l, b->months[i]);
 	}
 	if (exec_ok(l, "BEGIN", errstr, errstr_size) < 0)
 		goto fail;
@@ -731,8 +728,6 @@ again:
 		goto fail;
 	free(next);
 	free(keep);
-	for (size_t i = 0; i < npending; i++)
-		remember_month(l, pending[i]);
 	if (probe && l->probe_batches > 0)
 		l->probe_batches--;
 	res->seconds = (mono_ms() - t0) / 1e3;

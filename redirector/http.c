@@ -139,14 +139,24 @@ http_json(struct http_req *req, unsigned status, json_t *body)
 	return json_allow(req, status, body, NULL);
 }
 
+/* {"error": {"code": code, "message": msg, "field": field?}} (caller owns). */
+static json_t *
+error_body(const char *code, const char *field, const char *msg)
+{
+	json_t *err = json_pack("{s:s, s:s}", "code", code, "message", msg);
+
+	if (field != NULL)
+		json_object_set_new(err, "field", json_string(field));
+	return json_pack("{s:o}", "error", err);
+}
+
 enum MHD_Result
 http_not_allowed(struct http_req *req, const char *allow)
 {
 	char msg[256];
 
 	errstr_set(msg, sizeof(msg), "%.32s is not allowed here (allowed: %s)", req->method, allow);
-	return json_allow(req, 405, json_pack("{s:{s:s, s:s}}", "error", "code",
-	    "method_not_allowed", "message", msg), allow);
+	return json_allow(req, 405, error_body("method_not_allowed", NULL, msg), allow);
 }
 
 int
@@ -161,7 +171,6 @@ http_error(struct http_req *req, unsigned status, const char *code, const char *
 {
 	char msg[1024];
 	va_list ap;
-	json_t *err;
 
 	/* errstr: the message may quote the request (a path, cut at a byte
 	 * count), jansson takes only UTF-8, and a NULL body would drop the
@@ -169,14 +178,13 @@ http_error(struct http_req *req, unsigned status, const char *code, const char *
 	va_start(ap, fmt);
 	errstr_vset(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	err = json_pack("{s:s, s:s}", "code", code, "message", msg);
-	if (field != NULL)
-		json_object_set_new(err, "field", json_string(field));
-	return http_json(req, status, json_pack("{s:o}", "error", err));
+	return http_json(req, status, error_body(code, field, msg));
 }
 
-enum MHD_Result
-http_add_location(struct MHD_Response *resp, const char *url)
+/* Adds Location: url to resp (MHD copies it), its bytes of 0x80 or more as
+ * %XX (see http_redirect_response). MHD_NO when out of memory. */
+static enum MHD_Result
+add_location(struct MHD_Response *resp, const char *url)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t high = 0, n = 0;
@@ -205,20 +213,27 @@ http_add_location(struct MHD_Response *resp, const char *url)
 	return rc;
 }
 
-enum MHD_Result
-http_redirect(struct http_req *req, unsigned status, const char *location)
+struct MHD_Response *
+http_redirect_response(const char *location)
 {
 	struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL,
 	    MHD_RESPMEM_PERSISTENT);
 
 	if (resp == NULL)
-		return MHD_NO;
-	if (http_add_location(resp, location) == MHD_NO) {
+		return NULL;
+	if (add_location(resp, location) == MHD_NO ||
+	    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+	    "private, max-age=0") == MHD_NO) {
 		MHD_destroy_response(resp);
-		return MHD_NO;
+		return NULL;
 	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "private, max-age=0");
-	return queue(req, status, resp);
+	return resp;
+}
+
+enum MHD_Result
+http_redirect(struct http_req *req, unsigned status, const char *location)
+{
+	return queue(req, status, http_redirect_response(location));
 }
 
 const char *

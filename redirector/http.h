@@ -86,11 +86,13 @@ enum MHD_Result http_not_allowed(struct http_req *req, const char *allow);
 /* 1 when the request's method is GET or HEAD (MHD sends no body for HEAD). */
 int http_is_get(const struct http_req *req);
 enum MHD_Result http_redirect(struct http_req *req, unsigned status, const char *location);
-/* Adds Location: url to resp (MHD copies it). A Location is ASCII (RFC 9110,
- * a URI reference): a URL kept as its creator sent it, with UTF-8 in its
- * host, path or query, goes out with each byte of 0x80 or more as %XX, as
- * browsers send it. MHD_NO when out of memory. */
-enum MHD_Result http_add_location(struct MHD_Response *resp, const char *url);
+/* The body-less redirect response to location (caller destroys it; NULL when
+ * out of memory): Location and "Cache-Control: private, max-age=0". A
+ * Location is ASCII (RFC 9110, a URI reference): a URL kept as its creator
+ * sent it, with UTF-8 in its host, path or query, goes out with each byte of
+ * 0x80 or more as %XX, as browsers send it. http_redirect queues one;
+ * redirect.c prepares one per cached link. */
+struct MHD_Response *http_redirect_response(const char *location);
 enum MHD_Result http_text(struct http_req *req, unsigned status, const char *content_type,
                           const char *text, size_t len);
 

@@ -416,9 +416,7 @@ out:
     "mv, tags, dedupe, creator, src)), " \
     "ex AS (SELECT i.idx, e.id FROM i CROSS JOIN LATERAL (SELECT l.id FROM url_link l " \
     "WHERE l.long_url_md5 = i.md5 AND l.long_url = i.long_url AND l.redirect_type = i.rt " \
-    "AND l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL " \
-    "AND l.max_visits IS NULL AND l.strategy <> 3 AND l.tags = '{}' ORDER BY l.id LIMIT 1) e " \
-    "WHERE i.dedupe), " \
+    "AND " LINKS_DEDUPABLE_SQL " ORDER BY l.id LIMIT 1) e WHERE i.dedupe), " \
     "cn AS (INSERT INTO unique_code (code, status, type) SELECT i.code, 1, 0 FROM i " \
     "WHERE i.src = 1 AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx) " \
     "ORDER BY i.code COLLATE \"C\" " \

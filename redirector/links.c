@@ -514,11 +514,8 @@ find_existing(struct links *L, PGconn *c, const char *url, const char *md5,
 	if (*out != NULL)
 		return 0;
 	res = pgpool_exec(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.long_url_md5 = $1 "
-	    "AND l.long_url = $2 AND l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL "
-	    "AND l.valid_since IS NULL AND l.max_visits IS NULL AND l.strategy <> 3 "
-	    "AND l.tags = '{}' AND l.redirect_type = $3::smallint ORDER BY l.id LIMIT 1", 3, params,
-	    NULL,
-	    errstr, errstr_size);
+	    "AND l.long_url = $2 AND " LINKS_DEDUPABLE_SQL " AND l.redirect_type = $3::smallint "
+	    "ORDER BY l.id LIMIT 1", 3, params, NULL, errstr, errstr_size);
 	if (res == NULL)
 		return -1;
 	if (PQntuples(res) == 1) {

@@ -70,6 +70,12 @@ int links_parse_fields(struct links *L, json_t *req, int is_patch, struct fields
  * expiry, start time, visit limit or tags asked for (those always make a new
  * link: the existing one would not carry them). Aliases are the caller's. */
 int links_fields_dedupe(const struct fields *f);
+/* The url_link l that dedupe may return, as SQL (find_existing and the bulk
+ * statement): live, no expiry, start time or visit limit, no tags, not an
+ * alias. links_dedupable is the same test on a cached link's JSON. */
+#define LINKS_DEDUPABLE_SQL \
+    "l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL " \
+    "AND l.max_visits IS NULL AND l.strategy <> 3 AND l.tags = '{}'"
 /* A cached link that dedupe may return for (url, redirect_type). */
 int links_dedupable(json_t *link, const char *url, const char *redirect_type);
 /* Creates one link from parsed fields on the single (one row at a time) path. */

@@ -256,14 +256,14 @@ route(void *ctx, struct http_req *req)
 			redirect_invalidate(app->redir, p + 14);
 		return r;
 	}
-	if ((strcmp(p, "/healthz") == 0 || strcmp(p, "/readyz") == 0) && !http_is_get(req))
-		return http_not_allowed(req, "GET, HEAD");
 	if (strcmp(p, "/healthz") == 0)
-		return http_json(req, 200, json_pack("{s:s}", "status", "ok"));
+		return !http_is_get(req) ? http_not_allowed(req, "GET, HEAD") :
+		    http_json(req, 200, json_pack("{s:s}", "status", "ok"));
 	if (strcmp(p, "/metrics") == 0)
 		return metrics_answer(app, req);
 	if (strcmp(p, "/readyz") == 0)
-		return redirect_ready(app->redir, req);
+		return !http_is_get(req) ? http_not_allowed(req, "GET, HEAD") :
+		    redirect_ready(app->redir, req);
 	return redirect_handle(app->redir, req);
 }
 

@@ -93,24 +93,13 @@ load(void *ctx, const char *code, struct lcache_rec *rec, char *errstr, size_t e
 	return rc < 0 ? -1 : 1;
 }
 
-/* The prepared redirect response of an entry: no body, Location. */
+/* The prepared redirect response of an entry (http_redirect_response). */
 static void *
 make_response(void *ctx, const char *code, const struct lcache_rec *rec)
 {
-	struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL,
-	    MHD_RESPMEM_PERSISTENT);
-
 	(void)ctx;
 	(void)code;
-	if (resp == NULL)
-		return NULL;
-	if (http_add_location(resp, rec->long_url) == MHD_NO ||
-	    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
-	    "private, max-age=0") == MHD_NO) {
-		MHD_destroy_response(resp);
-		return NULL;
-	}
-	return resp;
+	return http_redirect_response(rec->long_url);
 }
 
 static void

@@ -47,7 +47,7 @@ struct spool {
 
 	_Atomic uint64_t bytes;  /* total spooled: files + pending */
 	_Atomic uint64_t appended, dropped, files;
-	_Atomic long long last_cap_log;
+	_Atomic long long last_err_log;
 };
 
 static int
@@ -87,6 +87,16 @@ mono_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec;
+}
+
+/* 1 at most once a second, to one caller (a claim on last_err_log): the
+ * spool's errors that repeat with every event are logged that often. */
+static int
+log_due(struct spool *s)
+{
+	long long now = mono_s(), last = atomic_load(&s->last_err_log);
+
+	return now > last && atomic_compare_exchange_strong(&s->last_err_log, &last, now);
 }
 
 static int
@@ -159,10 +169,8 @@ write_pending(struct spool *s, struct buf *spare)
 	 * were discarded without a word. */
 	pthread_mutex_lock(&s->io);
 	if (s->fd < 0 && open_active(s) < 0) {
-		long long now = mono_s(), last = atomic_load(&s->last_cap_log);
-
 		pthread_mutex_unlock(&s->io);
-		if (now > last && atomic_compare_exchange_strong(&s->last_cap_log, &last, now))
+		if (log_due(s))
 			log_error("spool: cannot open %s/spool.active (%s): %llu bytes of visit "
 			    "events wait in memory", s->dir, strerror(errno),
 			    (unsigned long long)atomic_load(&s->bytes));
@@ -373,11 +381,8 @@ spool_append(struct spool *s, const void *key, size_t klen, const void *val, siz
 	uint64_t total = atomic_fetch_add(&s->bytes, need) + need;
 
 	if (total > s->max_bytes) {
-		long long now = mono_s(), last = atomic_load(&s->last_cap_log);
-
 		atomic_fetch_sub(&s->bytes, need);
-		if (atomic_fetch_add(&s->dropped, 1) == 0 ||
-		    (now > last && atomic_compare_exchange_strong(&s->last_cap_log, &last, now)))
+		if (atomic_fetch_add(&s->dropped, 1) == 0 || log_due(s))
 			log_error("SPOOL FULL: %s holds %llu bytes (spool_max_bytes %llu); visit events "
 			    "are being DROPPED (%llu so far)", s->dir,
 			    (unsigned long long)atomic_load(&s->bytes),

@@ -50,6 +50,29 @@ def workdir():
 
 
 @pytest.fixture
+def own_pg(workdir):
+    """A PostgreSQL cluster of the test's own (fsync off, migrated), for
+    tests that stop and start it; stopped at the end."""
+    os.chmod(workdir, 0o755)  # the postgres user must reach its data directory
+    pg = lpstack.Postgres(os.path.join(workdir, "pgown"), fast=True).up()
+    yield pg
+    pg.stop(mode="immediate")
+
+
+@pytest.fixture
+def empty_db(pg_cluster):
+    """A new database of the session cluster with no migration applied,
+    dropped at the end."""
+    name = f"lp_e{os.getpid()}_{_db_counter[0]}"
+    _db_counter[0] += 1
+    pg_cluster.psql(f"CREATE DATABASE {name}", db="postgres")
+    db = lpstack.Postgres(pg_cluster.datadir, port=pg_cluster.port)
+    db.dbname = name
+    yield db
+    pg_cluster.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", db="postgres", check=False)
+
+
+@pytest.fixture
 def redis(workdir):
     r = lpstack.Redis(os.path.join(workdir, "redis")).up()
     yield r

@@ -88,11 +88,8 @@ BEGIN
     IF to_regclass(name) IS NULL THEN
         PERFORM pg_advisory_xact_lock(hashtext(name));
         IF to_regclass(name) IS NULL THEN
-            -- the month added in UTC: "m + interval '1 month'" on a
-            -- timestamptz adds it in the session's TimeZone (see 0015)
             EXECUTE format('CREATE TABLE %I PARTITION OF visit_record FOR VALUES FROM (%L) TO (%L)',
-                           name, m, (date_trunc('month', ts AT TIME ZONE 'UTC') + interval '1 month')
-                                    AT TIME ZONE 'UTC');
+                           name, m, m + interval '1 month');
             EXECUTE format('COMMENT ON TABLE %I IS %L', name,
                            'visit_record rows of ' || to_char(m AT TIME ZONE 'UTC', 'YYYY-MM') || ' (UTC)');
         END IF;
@@ -101,6 +98,10 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION visit_record_ensure_partition(timestamptz) IS 'Creates visit_record_YYYYMM for the UTC month of ts if missing; returns its name.';
 
+-- In UTC: this function adds the month in the session's TimeZone, which on
+-- a server not in UTC made bounds off the month or overlapping (0015
+-- replaces it with one that does not depend on the zone).
+SET LOCAL TimeZone = 'UTC';
 SELECT visit_record_ensure_partition(now() + make_interval(months => i)) FROM generate_series(-1, 2) AS i;
 
 CREATE TABLE ingest_offset (

@@ -61,11 +61,15 @@ def test_env_override_is_validated():
     assert "LINKPULSE_LOG_LEVEL" in r.stderr
 
 
+def migration_versions():
+    """The versions schemas/migrate.sh applies, in order (file names)."""
+    return sorted(f[:-4] for f in os.listdir(os.path.join(lpstack.ROOT, "schemas/migrations"))
+                  if f.endswith(".sql"))
+
+
 def test_migrations_recorded_and_idempotent(pg):
     versions = pg.psql("SELECT version FROM schema_migrations ORDER BY version").split()
-    files = sorted(f[:-4] for f in os.listdir(os.path.join(lpstack.ROOT, "schemas/migrations"))
-                   if f.endswith(".sql"))
-    assert versions == files
+    assert versions == migration_versions()
     assert pg.migrate().strip() == "", "a second run must apply nothing"
     # 0011: the per-batch breakdown arrays are compressed with lz4 (Debian's
     # PostgreSQL is built with it)
@@ -98,89 +102,72 @@ def test_visit_partitions_created_on_demand(pg):
     assert pg.psql("SELECT count(*) FROM visit_record_203105") == "1"
 
 
-def test_two_migrate_runs_at_once(pg_cluster):
+def test_two_migrate_runs_at_once(empty_db):
     """Two deploy jobs running migrate.sh on one new database: each file is
     applied once (checked again under the advisory lock) and both succeed."""
-    name = f"lp_mig{os.getpid()}"
-    pg_cluster.psql(f"CREATE DATABASE {name}", db="postgres")
-    db = lpstack.Postgres(pg_cluster.datadir, port=pg_cluster.port)
-    db.dbname = name
-    try:
-        runs = [subprocess.Popen([os.path.join(lpstack.ROOT, "schemas/migrate.sh"), db.url],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for _ in range(2)]
-        outs = [p.communicate(timeout=300) for p in runs]
-        assert [p.returncode for p in runs] == [0, 0], outs
-        files = sorted(f[:-4] for f in os.listdir(os.path.join(lpstack.ROOT, "schemas/migrations"))
-                       if f.endswith(".sql"))
-        applied = sorted(line.split()[-1] for out, _ in outs for line in out.splitlines())
-        assert applied == files, outs
-        assert db.psql("SELECT version FROM schema_migrations ORDER BY 1").split() == files
-    finally:
-        pg_cluster.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", db="postgres",
-                        check=False)
+    runs = [subprocess.Popen([os.path.join(lpstack.ROOT, "schemas/migrate.sh"), empty_db.url],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in runs]
+    assert [p.returncode for p in runs] == [0, 0], outs
+    files = migration_versions()
+    applied = sorted(line.split()[-1] for out, _ in outs for line in out.splitlines())
+    assert applied == files, outs
+    assert empty_db.psql("SELECT version FROM schema_migrations ORDER BY 1").split() == files
 
 
-def test_partition_bounds_are_utc_months_in_any_session_zone(pg_cluster):
+def test_partition_bounds_are_utc_months_in_any_session_zone(empty_db):
     """Migrations and visit_record_ensure_partition bound each partition by
     its UTC month whatever the session's TimeZone (PGTZ): in Europe/Berlin,
     adding the month to a timestamptz made October overlap November (0002
     failed from September to December), in America/New_York it left March
     ending on the 28th. 0015 repairs empty misplaced partitions and names
     the ones holding rows."""
-    name = f"lp_tz{os.getpid()}"
-    pg_cluster.psql(f"CREATE DATABASE {name}", db="postgres")
-    db = lpstack.Postgres(pg_cluster.datadir, port=pg_cluster.port)
-    db.dbname = name
-    try:
-        env = dict(os.environ, PGTZ="Europe/Berlin")
-        r = subprocess.run([os.path.join(lpstack.ROOT, "schemas/migrate.sh"), db.url],
-                           capture_output=True, text=True, env=env)
-        assert r.returncode == 0, r.stdout + r.stderr
-        env["PGTZ"] = "America/New_York"
-        for ts in ("2031-03-15 12:00+00", "2031-10-15 12:00+00", "2031-11-15 12:00+00"):
-            r = subprocess.run(["psql", "-XAtq", "-d", db.url, "-c",
-                                f"SELECT visit_record_ensure_partition('{ts}')"],
-                               capture_output=True, text=True, env=env)
-            assert r.returncode == 0, r.stderr
-
-        def bounds():
-            return dict(line.split("|") for line in db.psql(
-                "SET TimeZone = 'UTC'; SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) "
-                "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-                "WHERE i.inhparent = 'visit_record'::regclass").splitlines() if "|" in line)
-        got = bounds()
-        assert len(got) >= 7, got
-        for rel, bound in got.items():
-            y, m = int(rel[-6:-2]), int(rel[-2:])
-            ny, nm = (y + 1, 1) if m == 12 else (y, m + 1)
-            assert bound == (f"FOR VALUES FROM ('{y:04d}-{m:02d}-01 00:00:00+00') "
-                             f"TO ('{ny:04d}-{nm:02d}-01 00:00:00+00')"), (rel, bound)
-        db.psql("INSERT INTO visit_record (id, unique_code, client_id, visit_time, http_status) "
-                "VALUES (1, 'abc', repeat('0', 40), '2031-03-31 23:30:00+00', 302)")
-        assert db.psql("SELECT count(*) FROM visit_record_203103") == "1"
-        # partitions an old function made in New York: 0015 makes the empty
-        # one again and names the one holding a row
-        db.psql("CREATE TABLE visit_record_209903 PARTITION OF visit_record FOR VALUES "
-                "FROM ('2099-03-01 00:00+00') TO ('2099-03-28 23:00+00'); "
-                "CREATE TABLE visit_record_209905 PARTITION OF visit_record FOR VALUES "
-                "FROM ('2099-05-01 00:00+00') TO ('2099-05-31 00:00+00'); "
-                "INSERT INTO visit_record (id, unique_code, client_id, visit_time, http_status) "
-                "VALUES (2, 'abc', repeat('0', 40), '2099-05-02 00:00+00', 302)")
-        r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d", db.url, "-f",
-                            os.path.join(lpstack.ROOT,
-                                         "schemas/migrations/0015_partition_bounds_utc.sql")],
+    env = dict(os.environ, PGTZ="Europe/Berlin")
+    r = subprocess.run([os.path.join(lpstack.ROOT, "schemas/migrate.sh"), empty_db.url],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    env["PGTZ"] = "America/New_York"
+    for ts in ("2031-03-15 12:00+00", "2031-10-15 12:00+00", "2031-11-15 12:00+00"):
+        r = subprocess.run(["psql", "-XAtq", "-d", empty_db.url, "-c",
+                            f"SELECT visit_record_ensure_partition('{ts}')"],
                            capture_output=True, text=True, env=env)
         assert r.returncode == 0, r.stderr
-        got = bounds()
-        assert got["visit_record_209903"] == ("FOR VALUES FROM ('2099-03-01 00:00:00+00') "
-                                              "TO ('2099-04-01 00:00:00+00')")
-        assert got["visit_record_209905"].endswith("TO ('2099-05-31 00:00:00+00')")
-        assert "visit_record_209905: bounds" in r.stderr and "holds rows" in r.stderr, r.stderr
-        assert "209903" not in r.stderr
-    finally:
-        pg_cluster.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", db="postgres",
-                        check=False)
+
+    def bounds():
+        return dict(line.split("|") for line in empty_db.psql(
+            "SET TimeZone = 'UTC'; SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) "
+            "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'visit_record'::regclass").splitlines() if "|" in line)
+    got = bounds()
+    assert len(got) >= 7, got
+    for rel, bound in got.items():
+        y, m = int(rel[-6:-2]), int(rel[-2:])
+        ny, nm = (y + 1, 1) if m == 12 else (y, m + 1)
+        assert bound == (f"FOR VALUES FROM ('{y:04d}-{m:02d}-01 00:00:00+00') "
+                         f"TO ('{ny:04d}-{nm:02d}-01 00:00:00+00')"), (rel, bound)
+    empty_db.psql("INSERT INTO visit_record (id, unique_code, client_id, visit_time, http_status) "
+            "VALUES (1, 'abc', repeat('0', 40), '2031-03-31 23:30:00+00', 302)")
+    assert empty_db.psql("SELECT count(*) FROM visit_record_203103") == "1"
+    # partitions an old function made in New York: 0015 makes the empty
+    # one again and names the one holding a row
+    empty_db.psql("CREATE TABLE visit_record_209903 PARTITION OF visit_record FOR VALUES "
+            "FROM ('2099-03-01 00:00+00') TO ('2099-03-28 23:00+00'); "
+            "CREATE TABLE visit_record_209905 PARTITION OF visit_record FOR VALUES "
+            "FROM ('2099-05-01 00:00+00') TO ('2099-05-31 00:00+00'); "
+            "INSERT INTO visit_record (id, unique_code, client_id, visit_time, http_status) "
+            "VALUES (2, 'abc', repeat('0', 40), '2099-05-02 00:00+00', 302)")
+    r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d", empty_db.url, "-f",
+                        os.path.join(lpstack.ROOT,
+                                     "schemas/migrations/0015_partition_bounds_utc.sql")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    got = bounds()
+    assert got["visit_record_209903"] == ("FOR VALUES FROM ('2099-03-01 00:00:00+00') "
+                                          "TO ('2099-04-01 00:00:00+00')")
+    assert got["visit_record_209905"].endswith("TO ('2099-05-31 00:00:00+00')")
+    assert "visit_record_209905: bounds" in r.stderr and "holds rows" in r.stderr, r.stderr
+    assert "209903" not in r.stderr
 
 
 def _produce(bootstrap, n, timeout=10.0):

@@ -2,13 +2,10 @@
 and restart, PostgreSQL stopped for 20 s during a stream, offsets the broker
 no longer has (retention) landing in ingest_lost, and a statement error on a
 working connection retried with backoff."""
-import json
-import os
 import signal
 import threading
 import time
 
-import lpstack
 from test_ingest import (EventGen, assert_rollups, counts, produce, producer, start_ingest,
                          wait_counts)
 
@@ -84,61 +81,51 @@ def test_sigkill_mid_batch_and_restart(procs, pg, broker):
     assert_rollups(pg)
 
 
-def test_postgres_down_20s_during_stream(procs, workdir, broker):
-    os.chmod(workdir, 0o755)  # the postgres user must reach its data directory
-    pg = lpstack.Postgres(os.path.join(workdir, "pgown"), fast=True).up()
-    try:
-        gen = EventGen(seed=12)
-        events = [gen.event() for _ in range(3000)]
-        ing = start_ingest(procs, pg, broker, batch_max_events=200, batch_max_ms=300)
-        s = Stream(broker.bootstrap, broker.topic, events, rate=100)
-        s.start()
-        wait_rows_at_least(pg, 300)
-        pg.stop(mode="fast")
-        time.sleep(20)
-        assert ing.alive()
-        pg.start()
-        s.join(120)
-        assert s.error is None and s.sent == len(events)
-        wait_counts(pg, len(events), 0, timeout=120, proc=ing)
-        assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(len(events))
-        assert pg.psql("SELECT count(DISTINCT id) FROM visit_record") == str(len(events))
-        assert_rollups(pg)
-        out = ing.output()
-        assert "rolled back" in out or "PostgreSQL unavailable" in out
-        assert "recovered" in out
-        ing.stop()
-    finally:
-        pg.stop(mode="immediate")
+def test_postgres_down_20s_during_stream(procs, broker, own_pg):
+    gen = EventGen(seed=12)
+    events = [gen.event() for _ in range(3000)]
+    ing = start_ingest(procs, own_pg, broker, batch_max_events=200, batch_max_ms=300)
+    s = Stream(broker.bootstrap, broker.topic, events, rate=100)
+    s.start()
+    wait_rows_at_least(own_pg, 300)
+    own_pg.stop(mode="fast")
+    time.sleep(20)
+    assert ing.alive()
+    own_pg.start()
+    s.join(120)
+    assert s.error is None and s.sent == len(events)
+    wait_counts(own_pg, len(events), 0, timeout=120, proc=ing)
+    assert own_pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(len(events))
+    assert own_pg.psql("SELECT count(DISTINCT id) FROM visit_record") == str(len(events))
+    assert_rollups(own_pg)
+    out = ing.output()
+    assert "rolled back" in out or "PostgreSQL unavailable" in out
+    assert "recovered" in out
+    ing.stop()
 
 
-def test_sigterm_with_postgres_down_exits_1_and_loses_nothing(procs, workdir, broker):
+def test_sigterm_with_postgres_down_exits_1_and_loses_nothing(procs, broker, own_pg):
     """SIGTERM while PostgreSQL is down: the last batch cannot be loaded, so
     ingest says so and exits 1 (it exited 0); its events stay in Kafka with
     the offsets where they were, and the next start loads them once."""
-    os.chmod(workdir, 0o755)  # the postgres user must reach its data directory
-    pg = lpstack.Postgres(os.path.join(workdir, "pgdown"), fast=True).up()
-    try:
-        gen = EventGen(seed=14)
-        first, second = [gen.event() for _ in range(100)], [gen.event() for _ in range(50)]
-        ing = start_ingest(procs, pg, broker, batch_max_ms=300)
-        produce(broker.bootstrap, broker.topic, first)
-        wait_counts(pg, 100, 0, proc=ing)
-        pg.stop(mode="fast")
-        produce(broker.bootstrap, broker.topic, second)
-        time.sleep(2)
-        ing.expect_failure = True
-        assert ing.stop(timeout=60) == 1, ing.output()[-3000:]
-        assert "the last batch could not be loaded" in ing.output()
-        pg.start()
-        ing2 = start_ingest(procs, pg, broker, batch_max_ms=300)
-        wait_counts(pg, 150, 0, proc=ing2)
-        assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == "150"
-        assert pg.psql("SELECT count(DISTINCT id) FROM visit_record") == "150"
-        assert_rollups(pg)
-        ing2.stop()
-    finally:
-        pg.stop(mode="immediate")
+    gen = EventGen(seed=14)
+    first, second = [gen.event() for _ in range(100)], [gen.event() for _ in range(50)]
+    ing = start_ingest(procs, own_pg, broker, batch_max_ms=300)
+    produce(broker.bootstrap, broker.topic, first)
+    wait_counts(own_pg, 100, 0, proc=ing)
+    own_pg.stop(mode="fast")
+    produce(broker.bootstrap, broker.topic, second)
+    time.sleep(2)
+    ing.expect_failure = True
+    assert ing.stop(timeout=60) == 1, ing.output()[-3000:]
+    assert "the last batch could not be loaded" in ing.output()
+    own_pg.start()
+    ing2 = start_ingest(procs, own_pg, broker, batch_max_ms=300)
+    wait_counts(own_pg, 150, 0, proc=ing2)
+    assert own_pg.psql("SELECT sum(next_offset) FROM ingest_offset") == "150"
+    assert own_pg.psql("SELECT count(DISTINCT id) FROM visit_record") == "150"
+    assert_rollups(own_pg)
+    ing2.stop()
 
 
 def test_offsets_dropped_by_broker_land_in_ingest_lost(procs, pg, broker):

@@ -265,35 +265,30 @@ def test_json_log_keeps_lines_that_are_not_utf8(procs, pg, redis, broker, workdi
     assert any(m.startswith(want) for m in msgs), msgs[-5:]
 
 
-def test_redirector_after_postgres_restart(procs, redis, broker, workdir):
+def test_redirector_after_postgres_restart(procs, redis, broker, workdir, own_pg):
     """Pooled connections the server closed while idle (a PostgreSQL restart)
     are replaced when borrowed: no request fails on one. Before, each idle
     connection still said CONNECTION_OK and failed one request with 503."""
-    os.chmod(workdir, 0o755)  # the postgres user must reach its data directory
-    pg = lpstack.Postgres(os.path.join(workdir, "pgown"), fast=True).up()
-    try:
-        red = start(procs, pg, redis, broker, workdir)
-        with concurrent.futures.ThreadPoolExecutor(8) as ex:  # several idle connections
-            codes = list(ex.map(lambda i: red.create(url=f"https://example.com/r{i}")["code"],
-                                range(16)))
-        pg.stop(mode="fast")
-        pg.start()
-        statuses = []
-        for i in range(12):
-            r = red.s.post(red.base + "/api/v1/links", timeout=30,
-                           data=json.dumps({"url": f"https://example.com/after{i}",
-                                            "dedupe": False}),
-                           headers={"Authorization": f"Bearer {red.key}"})
-            statuses.append(r.status_code)
-        assert statuses == [201] * 12, statuses
-        for c in codes[:4]:
-            r = red.s.get(f"{red.base}/api/v1/links/{c}", timeout=30,
-                          headers={"Authorization": f"Bearer {red.key}"})
-            assert r.status_code == 200, r.text
-        assert red.proc.alive()
-        red.proc.stop()
-    finally:
-        pg.stop(mode="immediate")
+    red = start(procs, own_pg, redis, broker, workdir)
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:  # several idle connections
+        codes = list(ex.map(lambda i: red.create(url=f"https://example.com/r{i}")["code"],
+                            range(16)))
+    own_pg.stop(mode="fast")
+    own_pg.start()
+    statuses = []
+    for i in range(12):
+        r = red.s.post(red.base + "/api/v1/links", timeout=30,
+                       data=json.dumps({"url": f"https://example.com/after{i}",
+                                        "dedupe": False}),
+                       headers={"Authorization": f"Bearer {red.key}"})
+        statuses.append(r.status_code)
+    assert statuses == [201] * 12, statuses
+    for c in codes[:4]:
+        r = red.s.get(f"{red.base}/api/v1/links/{c}", timeout=30,
+                      headers={"Authorization": f"Bearer {red.key}"})
+        assert r.status_code == 200, r.text
+    assert red.proc.alive()
+    red.proc.stop()
 
 
 def test_ingest_sighup(procs, pg, broker, workdir):

@@ -80,6 +80,34 @@ wait_writer(struct spool *s, const char *path, off_t size, uint64_t dropped)
 	}
 }
 
+/* A spool in a new directory made from dir (a mkdtemp template, filled
+ * in); NULL, checked and reported, when it cannot be made. */
+static struct spool *
+new_spool(char *dir)
+{
+	struct spool_conf conf = { dir, 1 << 20, FSYNC_MS };
+	char err[512];
+	struct spool *s;
+
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	s = spool_open(&conf, err, sizeof(err));
+	CHECK(s != NULL, "spool_open: %s", err);
+	return s;
+}
+
+/* Reads every spool file back into seen, oldest first, as the replayer
+ * does (taking the active file too), and marks each done. */
+static void
+read_back(struct spool *s, struct seen *seen)
+{
+	char path[4096];
+
+	for (int files = 0; files < 10 && spool_take(s, path, sizeof(path)) == 1; files++) {
+		CHECK(spool_read(path, collect, seen) == 0, "spool_read %s", path);
+		spool_done(s, path);
+	}
+}
+
 /* Removes a test's spool directory: its active file, lock and itself. */
 static void
 remove_dir(const char *dir)
@@ -97,19 +125,15 @@ static void
 test_failed_write(void)
 {
 	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], want[64];
-	struct spool_conf conf = { dir, 1 << 20, FSYNC_MS };
 	struct spool_stats st;
 	struct rlimit old, low;
 	struct spool *s;
 	struct seen seen = { 0 };
 	struct stat sb;
-	int files = 0, i;
+	int i;
 	off_t before;
 
-	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-	s = spool_open(&conf, path, sizeof(path));
-	CHECK(s != NULL, "spool_open: %s", path);
-	if (s == NULL)
+	if ((s = new_spool(dir)) == NULL)
 		return;
 	/* before: ten events on disk */
 	snprintf(path, sizeof(path), "%s/spool.active", dir);
@@ -131,11 +155,7 @@ test_failed_write(void)
 	CHECK(stat(path, &sb) == 0, "stat");
 	/* there is room again: five more events */
 	wait_writer(s, path, before + append(s, "after", 30, 35), 0);
-	while (spool_take(s, path, sizeof(path)) == 1 && files < 10) {
-		CHECK(spool_read(path, collect, &seen) == 0, "spool_read %s", path);
-		spool_done(s, path);
-		files++;
-	}
+	read_back(s, &seen);
 	spool_stats(s, &st);
 	CHECK(st.bytes == 0, "%llu bytes left", (unsigned long long)st.bytes);
 	spool_close(s);
@@ -157,17 +177,12 @@ static void
 test_reopen_fails(void)
 {
 	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], active[4096], want[64];
-	struct spool_conf conf = { dir, 1 << 20, FSYNC_MS };
 	struct spool_stats st;
 	struct rlimit old, low;
 	struct spool *s;
 	struct seen seen = { 0 };
-	int files = 0;
 
-	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-	s = spool_open(&conf, path, sizeof(path));
-	CHECK(s != NULL, "spool_open: %s", path);
-	if (s == NULL)
+	if ((s = new_spool(dir)) == NULL)
 		return;
 	snprintf(active, sizeof(active), "%s/spool.active", dir);
 	wait_writer(s, active, append(s, "a", 0, 5), 0);
@@ -183,11 +198,7 @@ test_reopen_fails(void)
 	spool_stats(s, &st);
 	CHECK(st.dropped == 0, "dropped %llu, want 0", (unsigned long long)st.dropped);
 	wait_writer(s, active, 5 * (12 + 2 + 20), 0);
-	while (spool_take(s, path, sizeof(path)) == 1 && files < 10) {
-		CHECK(spool_read(path, collect, &seen) == 0, "spool_read %s", path);
-		spool_done(s, path);
-		files++;
-	}
+	read_back(s, &seen);
 	spool_close(s);
 	CHECK(seen.n == 10, "read %d events back, want 10", seen.n);
 	for (int i = 0; i < seen.n && i < 10; i++) {

@@ -415,32 +415,49 @@ test_prefilter(void)
 	ua_pf_free(pf);
 }
 
+/* ---- case files ----------------------------------------------------------- */
+
+/* Reads the next "a<TAB>b<TAB>c" case of f (path, for messages) into line
+ * and points fld[0..2] into it: 1, or 0 at the end. Blank and '#' lines are
+ * skipped; a line without two tabs fails the test, saying what form was
+ * wanted; *ln counts lines. */
+static int
+next_case(FILE *f, const char *path, const char *form, char *line, size_t size, int *ln,
+          char **fld)
+{
+	while (fgets(line, (int)size, f) != NULL) {
+		(*ln)++;
+		line[strcspn(line, "\r\n")] = '\0';
+		if (line[0] == '#' || line[0] == '\0')
+			continue;
+		fld[0] = line;
+		if ((fld[1] = strchr(fld[0], '\t')) == NULL || (fld[2] = strchr(fld[1] + 1, '\t')) == NULL) {
+			CHECK(0, "%s:%d: want \"%s\"", path, *ln, form);
+			continue;
+		}
+		*fld[1]++ = '\0';
+		*fld[2]++ = '\0';
+		return 1;
+	}
+	return 0;
+}
+
 /* ---- device types --------------------------------------------------------- */
 
 static void
 test_types(struct ua_parser *p)
 {
 	FILE *f = fopen(TYPES, "r");
-	char line[8192];
+	char line[8192], *fld[3];
 	int ln = 0, n = 0;
 
 	CHECK(f != NULL, "%s: cannot open", TYPES);
 	if (f == NULL)
 		return;
-	while (fgets(line, sizeof(line), f) != NULL) {
-		char *ua = line, *type, *bot;
+	while (next_case(f, TYPES, "user agent<TAB>type<TAB>bot", line, sizeof(line), &ln, fld)) {
+		char *ua = fld[0], *type = fld[1], *bot = fld[2];
 		struct ua_result r;
 
-		ln++;
-		line[strcspn(line, "\r\n")] = '\0';
-		if (line[0] == '#' || line[0] == '\0')
-			continue;
-		if ((type = strchr(ua, '\t')) == NULL || (bot = strchr(type + 1, '\t')) == NULL) {
-			CHECK(0, "%s:%d: want \"user agent<TAB>type<TAB>bot\"", TYPES, ln);
-			continue;
-		}
-		*type++ = '\0';
-		*bot++ = '\0';
 		if (strcmp(ua, "(empty)") == 0)
 			ua[0] = '\0';
 		ua_parse_nocache(p, ua, strlen(ua), &r);
@@ -660,7 +677,7 @@ static void
 test_utf8(struct ua_parser *p)
 {
 	FILE *f = fopen(UTF8_CASES, "r");
-	char line[8192], big[UA_MAX_INPUT + 64];
+	char line[8192], big[UA_MAX_INPUT + 64], *fld[3];
 	int ln = 0, n = 0;
 	struct ua_result r;
 	const char *bad;
@@ -669,20 +686,11 @@ test_utf8(struct ua_parser *p)
 	CHECK(f != NULL, "%s: cannot open", UTF8_CASES);
 	if (f == NULL)
 		return;
-	while (fgets(line, sizeof(line), f) != NULL) {
-		char *ua = line, *field, *want;
+	while (next_case(f, UTF8_CASES, "user agent<TAB>field<TAB>expected", line, sizeof(line),
+	    &ln, fld)) {
+		char *ua = fld[0], *field = fld[1], *want = fld[2];
 		const char *got;
 
-		ln++;
-		line[strcspn(line, "\r\n")] = '\0';
-		if (line[0] == '#' || line[0] == '\0')
-			continue;
-		if ((field = strchr(ua, '\t')) == NULL || (want = strchr(field + 1, '\t')) == NULL) {
-			CHECK(0, "%s:%d: want \"user agent<TAB>field<TAB>expected\"", UTF8_CASES, ln);
-			continue;
-		}
-		*field++ = '\0';
-		*want++ = '\0';
 		ua_parse_nocache(p, ua, strlen(ua), &r);
 		got = strcmp(field, "browser") == 0 ? r.browser.family :
 		    strcmp(field, "os") == 0 ? r.os.family :
