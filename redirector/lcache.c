@@ -10,6 +10,7 @@
 #include <time.h>
 
 #define NSHARDS 64
+#define SHARD_BITS 6 /* log2(NSHARDS): a shard takes the hash's low bits */
 #define WAIT_MS 5000
 
 struct shard {
@@ -29,6 +30,14 @@ struct lcache {
 	size_t max_bytes;              /* per shard */
 	struct shard shards[NSHARDS];
 };
+
+/* A shard's bucket for hash h: the bits above the shard's, as every entry of
+ * a shard has the same low SHARD_BITS. */
+static struct lcache_entry **
+bucket(struct shard *s, uint32_t h)
+{
+	return &s->buckets[(h >> SHARD_BITS) & s->mask];
+}
 
 static int64_t
 now_ms(void)
@@ -108,7 +117,7 @@ lcache_release(struct lcache *c, struct lcache_entry *e)
 static void
 unlink_entry(struct shard *s, struct lcache_entry *e)
 {
-	struct lcache_entry **pp = &s->buckets[e->hash & s->mask];
+	struct lcache_entry **pp = bucket(s, e->hash);
 
 	while (*pp != NULL && *pp != e)
 		pp = &(*pp)->next;
@@ -165,7 +174,7 @@ evict(struct lcache *c, struct shard *s, struct lcache_entry *keep)
 static void
 insert(struct lcache *c, struct shard *s, struct lcache_entry *e)
 {
-	struct lcache_entry **b = &s->buckets[e->hash & s->mask];
+	struct lcache_entry **b = bucket(s, e->hash);
 
 	e->next = *b;
 	*b = e;
@@ -185,7 +194,7 @@ insert(struct lcache *c, struct shard *s, struct lcache_entry *e)
 static struct lcache_entry *
 find(struct shard *s, const char *code, uint32_t h)
 {
-	for (struct lcache_entry *e = s->buckets[h & s->mask]; e != NULL; e = e->next)
+	for (struct lcache_entry *e = *bucket(s, h); e != NULL; e = e->next)
 		if (e->hash == h && strcmp(e->code, code) == 0)
 			return e;
 	return NULL;
@@ -272,14 +281,14 @@ refresh(struct lcache *c, struct shard *s, struct lcache_entry *old)
 	}
 	fill(c, s, ne, &rec, aux, rc, now);
 	atomic_store(&ne->refs, 2); /* table + caller */
-	if (old->in_table) {
+	if (old->in_table) { /* not evicted nor invalidated meanwhile */
 		unlink_entry(s, old);
 		put(c, old);
 	}
-	if (find(s, ne->code, ne->hash) == NULL) {
+	if (!old->invalidated && find(s, ne->code, ne->hash) == NULL) {
 		insert(c, s, ne);
 	} else {
-		atomic_store(&ne->refs, 1); /* someone else inserted meanwhile */
+		atomic_store(&ne->refs, 1); /* invalidated, or another load inserted */
 	}
 	pthread_mutex_unlock(&s->mtx);
 	put(c, old);
@@ -290,7 +299,7 @@ struct lcache_entry *
 lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 {
 	uint32_t h = hash_code(code);
-	struct shard *s = &c->shards[h % NSHARDS];
+	struct shard *s = &c->shards[h & (NSHARDS - 1)];
 	struct lcache_entry *e;
 	struct lcache_rec rec;
 	int64_t now = now_ms();
@@ -322,7 +331,7 @@ lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 		s->waits++;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += WAIT_MS / 1000;
-		while (e->loading && e->in_table &&
+		while (e->loading && !e->failed &&
 		    pthread_cond_timedwait(&s->cond, &s->mtx, &ts) == 0)
 			;
 		rc = e->loading;
@@ -351,6 +360,7 @@ lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 	s->loads++;
 	if (rc < 0) {
 		s->load_errors++;
+		e->failed = 1;
 		if (e->in_table) {
 			unlink_entry(s, e);
 			put(c, e);
@@ -371,11 +381,14 @@ void
 lcache_invalidate(struct lcache *c, const char *code)
 {
 	uint32_t h = hash_code(code);
-	struct shard *s = &c->shards[h % NSHARDS];
+	struct shard *s = &c->shards[h & (NSHARDS - 1)];
 	struct lcache_entry *e;
 
 	pthread_mutex_lock(&s->mtx);
-	if ((e = find(s, code, h)) != NULL && !e->loading) {
+	if ((e = find(s, code, h)) != NULL) {
+		/* A load or refresh under way started before the edit: its
+		 * result must not be cached (the loader and refresh check). */
+		e->invalidated = 1;
 		unlink_entry(s, e);
 		put(c, e);
 	}
@@ -401,6 +414,28 @@ lcache_stats(struct lcache *c, struct lcache_stats *out)
 		out->bytes += s->bytes;
 		pthread_mutex_unlock(&s->mtx);
 	}
+}
+
+size_t
+lcache_longest_chain(struct lcache *c)
+{
+	size_t longest = 0;
+
+	for (int i = 0; i < NSHARDS; i++) {
+		struct shard *s = &c->shards[i];
+
+		pthread_mutex_lock(&s->mtx);
+		for (size_t b = 0; b <= s->mask; b++) {
+			size_t n = 0;
+
+			for (struct lcache_entry *e = s->buckets[b]; e != NULL; e = e->next)
+				n++;
+			if (n > longest)
+				longest = n;
+		}
+		pthread_mutex_unlock(&s->mtx);
+	}
+	return longest;
 }
 
 void

@@ -34,6 +34,8 @@ struct lcache_entry {
 	int loading;             /* single flight: being loaded, no data yet */
 	int refreshing;          /* expired, one thread reloading it */
 	int in_table;
+	int failed;              /* its load failed (waiters give up) */
+	int invalidated;         /* dropped while loading or refreshing */
 	atomic_int refs;
 	size_t bytes;
 	int64_t expires_ms;      /* monotonic */
@@ -76,9 +78,15 @@ struct lcache_entry *lcache_get(struct lcache *c, const char *code, char *errstr
                                 size_t errstr_size);
 void lcache_release(struct lcache *c, struct lcache_entry *e);
 
-/* Drops code from the cache (next request reloads it). */
+/* Drops code from the cache: a request that starts after this returns
+ * reloads it, even when a load or refresh begun before is still running
+ * (that load's result goes to the requests already waiting for it only). */
 void lcache_invalidate(struct lcache *c, const char *code);
 
 void lcache_stats(struct lcache *c, struct lcache_stats *out);
+
+/* The longest bucket chain of any shard (a walk of every bucket: for tests
+ * and debugging, not for each scrape). */
+size_t lcache_longest_chain(struct lcache *c);
 
 #endif

@@ -1,0 +1,263 @@
+/* test_lcache.c - redirector/lcache.c: an invalidation during a load or a
+ * refresh is not undone by that load's result, waiters of a failed load give
+ * up at once, and a shard's entries spread over its buckets. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../redirector/lcache.h"
+#include "unit.h"
+
+/* A loader that reads "the database" (version) when called, then may block
+ * until released, as a slow query would. */
+struct db {
+	pthread_mutex_t mtx;
+	pthread_cond_t cond;
+	int version;      /* the row's current version */
+	int block;        /* next load blocks after reading */
+	int blocked;      /* a load is blocked */
+	int fail;         /* loads fail */
+	int loads;
+};
+
+static int
+load(void *ctx, const char *code, struct lcache_rec *rec, char *errstr, size_t errstr_size)
+{
+	struct db *d = ctx;
+	char url[64];
+	int v;
+
+	pthread_mutex_lock(&d->mtx);
+	d->loads++;
+	v = d->version;
+	if (d->block) {
+		d->block = 0;
+		d->blocked = 1;
+		pthread_cond_broadcast(&d->cond);
+		while (d->blocked)
+			pthread_cond_wait(&d->cond, &d->mtx);
+	}
+	pthread_mutex_unlock(&d->mtx);
+	if (d->fail) {
+		snprintf(errstr, errstr_size, "down");
+		return -1;
+	}
+	snprintf(url, sizeof(url), "https://example.com/%s/v%d", code, v);
+	rec->id = 1;
+	rec->redirect_type = 302;
+	rec->long_url = strdup(url);
+	return 1;
+}
+
+static void
+wait_blocked(struct db *d)
+{
+	pthread_mutex_lock(&d->mtx);
+	while (!d->blocked)
+		pthread_cond_wait(&d->cond, &d->mtx);
+	pthread_mutex_unlock(&d->mtx);
+}
+
+static void
+release(struct db *d)
+{
+	pthread_mutex_lock(&d->mtx);
+	d->blocked = 0;
+	pthread_cond_broadcast(&d->cond);
+	pthread_mutex_unlock(&d->mtx);
+}
+
+static struct lcache *
+new_cache(struct db *d, int ttl_ms)
+{
+	struct lcache_conf conf = { .max_entries = 200000, .max_bytes = 1LL << 30, .ttl_ms = ttl_ms,
+		.negative_ttl_ms = ttl_ms, .load = load, .ctx = d };
+	char err[128];
+	struct lcache *c = lcache_new(&conf, err, sizeof(err));
+
+	if (c == NULL) {
+		fprintf(stderr, "lcache_new: %s\n", err);
+		exit(1);
+	}
+	return c;
+}
+
+struct getter {
+	struct lcache *c;
+	const char *code;
+	char url[128];    /* what the get returned, "" for NULL */
+	double ms;        /* how long it took */
+};
+
+static double
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void *
+get_main(void *arg)
+{
+	struct getter *g = arg;
+	char err[128];
+	double t0 = now_ms();
+	struct lcache_entry *e = lcache_get(g->c, g->code, err, sizeof(err));
+
+	g->ms = now_ms() - t0;
+	g->url[0] = '\0';
+	if (e != NULL) {
+		snprintf(g->url, sizeof(g->url), "%s", e->rec.long_url ? e->rec.long_url : "");
+		lcache_release(g->c, e);
+	}
+	return NULL;
+}
+
+static void
+get_now(struct lcache *c, const char *code, char *url, size_t url_size)
+{
+	struct getter g = { .c = c, .code = code };
+
+	get_main(&g);
+	snprintf(url, url_size, "%s", g.url);
+}
+
+static void
+init_db(struct db *d)
+{
+	memset(d, 0, sizeof(*d));
+	pthread_mutex_init(&d->mtx, NULL);
+	pthread_cond_init(&d->cond, NULL);
+	d->version = 1;
+}
+
+/* Starts a get of "abc" whose load blocks, lands an edit (version 2 and
+ * lcache_invalidate) meanwhile, lets the load finish; then checks that get
+ * had the load's version 1 and a get after it version 2, after loads. */
+static void
+edit_during_load(struct db *d, struct lcache *c, int loads, const char *what)
+{
+	struct getter g = { .c = c, .code = "abc" };
+	pthread_t t;
+	char url[128];
+
+	d->block = 1;
+	pthread_create(&t, NULL, get_main, &g);
+	wait_blocked(d);
+	pthread_mutex_lock(&d->mtx);
+	d->version = 2;
+	pthread_mutex_unlock(&d->mtx);
+	lcache_invalidate(c, "abc");
+	release(d);
+	pthread_join(t, NULL);
+	CHECK_STR(g.url, "https://example.com/abc/v1", what);
+	get_now(c, "abc", url, sizeof(url));
+	CHECK_STR(url, "https://example.com/abc/v2", "a request after the invalidation");
+	CHECK(d->loads == loads, "%s: loads %d, want %d", what, d->loads, loads);
+}
+
+/* An edit lands (version 2, invalidate) while a cold load that read
+ * version 1 is still running: the next request must see version 2. */
+static void
+test_invalidate_during_load(void)
+{
+	struct db d;
+	struct lcache *c;
+
+	init_db(&d);
+	c = new_cache(&d, 60000);
+	edit_during_load(&d, c, 2, "the load begun before the edit");
+	lcache_free(c);
+}
+
+/* The same while an expired entry is being refreshed. */
+static void
+test_invalidate_during_refresh(void)
+{
+	struct db d;
+	struct lcache *c;
+	char url[128];
+	struct timespec ts = { 0, 300 * 1000000L };
+
+	init_db(&d);
+	c = new_cache(&d, 200);
+	get_now(c, "abc", url, sizeof(url));
+	CHECK_STR(url, "https://example.com/abc/v1", "first load");
+	nanosleep(&ts, NULL); /* expired */
+	edit_during_load(&d, c, 3, "the refresh begun before the edit");
+	lcache_free(c);
+}
+
+/* Requests waiting for a load that fails get NULL when it fails, not after
+ * the 5 s wait; nothing is cached. */
+static void
+test_failed_load_wakes_waiters(void)
+{
+	struct db d;
+	struct lcache *c;
+	struct getter g1, g2;
+	pthread_t t1, t2;
+	struct lcache_stats st;
+
+	init_db(&d);
+	c = new_cache(&d, 60000);
+	d.block = 1;
+	d.fail = 1;
+	g1 = (struct getter){ .c = c, .code = "xyz" };
+	g2 = g1;
+	pthread_create(&t1, NULL, get_main, &g1);
+	wait_blocked(&d);
+	pthread_create(&t2, NULL, get_main, &g2);
+	for (;;) { /* until the second request waits for the first's load */
+		lcache_stats(c, &st);
+		if (st.waits == 1)
+			break;
+		sched_yield();
+	}
+	release(&d);
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+	CHECK_STR(g1.url, "", "the failed load");
+	CHECK_STR(g2.url, "", "its waiter");
+	CHECK(g2.ms < 2000, "the waiter gave up after %.0f ms", g2.ms);
+	lcache_stats(c, &st);
+	CHECK(st.entries == 0 && d.loads == 1, "entries %llu loads %d", (unsigned long long)st.entries,
+	    d.loads);
+	lcache_free(c);
+}
+
+/* 100,000 codes in a cache sized for them: chains stay short (every entry
+ * of a shard shares the hash bits that chose the shard). */
+static void
+test_chains_are_short(void)
+{
+	struct db d;
+	struct lcache *c;
+	char code[16], url[128];
+	size_t longest;
+
+	init_db(&d);
+	c = new_cache(&d, 60000);
+	for (int i = 0; i < 100000; i++) {
+		snprintf(code, sizeof(code), "c%07d", i);
+		get_now(c, code, url, sizeof(url));
+	}
+	longest = lcache_longest_chain(c);
+	CHECK(longest <= 12, "longest chain %zu for 100000 entries, want <= 12", longest);
+	lcache_free(c);
+}
+
+int
+main(void)
+{
+	test_invalidate_during_load();
+	test_invalidate_during_refresh();
+	test_failed_load_wakes_waiters();
+	test_chains_are_short();
+	printf("test_lcache: %d passed, %d failed\n", unit_passed, unit_failed);
+	return unit_failed ? 1 : 0;
+}
