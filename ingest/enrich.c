@@ -16,6 +16,7 @@
  * app), and libcurl's parse of one was ~5% of ingest's CPU. */
 #define REF_SLOTS 256
 #define REF_URL_MAX 256 /* longer URLs are parsed every time */
+#define REF_BYTES_MAX (4 * 8192) /* the event schema's 8192 characters in UTF-8 */
 
 struct ref_slot {
 	size_t len;              /* 0: empty */
@@ -131,26 +132,38 @@ static void
 parse_host(struct enricher *e, const char *url, char *out, size_t out_size)
 {
 	char *host = NULL;
+	size_t len;
 
 	out[0] = '\0';
 	curl_url_set(e->url, CURLUPART_URL, NULL, 0);
 	if (curl_url_set(e->url, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK)
 		return;
-	if (curl_url_get(e->url, CURLUPART_HOST, &host, 0) != CURLUE_OK || host == NULL)
+	/* An international name in its punycode (ASCII) form, so its spellings
+	 * (any case, percent-encoded) count as one host; as sent when libidn2
+	 * refuses it. */
+	if (curl_url_get(e->url, CURLUPART_HOST, &host, CURLU_PUNYCODE) != CURLUE_OK &&
+	    curl_url_get(e->url, CURLUPART_HOST, &host, 0) != CURLUE_OK)
 		return;
-	if (strlen(host) < out_size)
-		lower_copy(out, out_size, host, strlen(host));
+	if (host == NULL)
+		return;
+	len = strlen(host);
+	if (len > 1 && host[len - 1] == '.') /* "example.com." is example.com */
+		len--;
+	/* libcurl percent-decodes the host and passes bytes above 0x7f through:
+	 * text that is not UTF-8 would fail the batch's COPY on every retry. */
+	if (len < out_size && errstr_utf8_valid(host))
+		lower_copy(out, out_size, host, len);
 	curl_free(host);
 }
 
 void
 enrich_referer_host(struct enricher *e, const char *url, char *out, size_t out_size)
 {
-	size_t n = url != NULL ? strnlen(url, 8193) : 0;
+	size_t n = url != NULL ? strnlen(url, REF_BYTES_MAX + 1) : 0;
 	struct ref_slot *s;
 
 	out[0] = '\0';
-	if (n == 0 || n > 8192)
+	if (n == 0 || n > REF_BYTES_MAX)
 		return;
 	if (n >= REF_URL_MAX || out_size < sizeof(s->host)) {
 		parse_host(e, url, out, out_size);
@@ -165,19 +178,31 @@ enrich_referer_host(struct enricher *e, const char *url, char *out, size_t out_s
 	memcpy(out, s->host, strlen(s->host) + 1);
 }
 
-/* A language range is letters, digits and '-', 1..35 characters. */
+/* A language range (RFC 4647): 1-8 letters, then subtags of 1-8 letters or
+ * digits, each after '-' (or '_', as some apps' HTTP stacks write it), 35
+ * characters at most; "*" names no language. */
 static int
 tag_ok(const char *s, size_t len)
 {
+	size_t sub = 0, nsub = 0;
+
 	if (len == 0 || len > 35)
 		return 0;
 	for (size_t i = 0; i < len; i++) {
 		char c = s[i];
+
+		if (c == '-' || c == '_') {
+			if (sub == 0)
+				return 0;
+			sub = 0;
+			nsub++;
+			continue;
+		}
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		    (c >= '0' && c <= '9') || c == '-'))
+		    (nsub > 0 && c >= '0' && c <= '9')) || ++sub > 8)
 			return 0;
 	}
-	return 1;
+	return sub > 0;
 }
 
 /* q of a parameter list ";q=0.8;x=y"; 1.0 when absent, -1 when unparsable. */
@@ -235,6 +260,8 @@ enrich_language(const char *al, char *out, size_t out_size)
 		if (q > best && tag_ok(ts, (size_t)(te - ts)) && (size_t)(te - ts) < out_size) {
 			best = q;
 			lower_copy(out, out_size, ts, (size_t)(te - ts));
+			for (char *u = out; (u = strchr(u, '_')) != NULL; u++)
+				*u = '-'; /* en_US is en-us */
 		}
 		if (!comma)
 			break;

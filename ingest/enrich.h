@@ -41,13 +41,16 @@ int enrich_event(struct enricher *e, const struct event *ev, struct enrich_row *
                  char *errstr, size_t errstr_size);
 
 /* Lower-case host of a URL ("https://News.Example.com:8443/x" ->
- * "news.example.com") into out; "" when url is NULL or has no parsable host.
- * Uses e's URL handle (libcurl). */
+ * "news.example.com") into out: international names in punycode
+ * ("bücher.example" -> "xn--bcher-kva.example"), no trailing dot; "" when url
+ * is NULL or has no parsable host, or the host is not UTF-8. Uses e's URL
+ * handle (libcurl). */
 void enrich_referer_host(struct enricher *e, const char *url, char *out, size_t out_size);
 
 /* Primary language tag of an Accept-Language header: the tag with the
- * highest q (first on ties; "*" and q=0 ignored), lower case
- * ("da, en-GB;q=0.8" -> "da"; "en;q=0.5, zh-CN" -> "zh-cn"). "" when none. */
+ * highest q (first on ties; "*", q=0 and ranges that are not RFC 4647's
+ * ignored), lower case, '_' written '-' ("da, en-GB;q=0.8" -> "da";
+ * "en;q=0.5, zh-CN" -> "zh-cn"; "en_US" -> "en-us"). "" when none. */
 void enrich_language(const char *accept_language, char *out, size_t out_size);
 
 /* Lookups answered by the GeoIP record cache, and the others (0 and 0

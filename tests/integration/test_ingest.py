@@ -327,6 +327,11 @@ def test_events_become_enriched_rows_and_rollups(procs, pg, broker):
         want = hashlib.sha1((e["ip"] + "&" + (e["user_agent"] or "")).encode()).hexdigest()
         assert cid == want
         assert ip == e["ip"].lower(), (ip, e["ip"])
+    # and the SQL the column's comment (0017) gives for it
+    pg.psql("CREATE EXTENSION IF NOT EXISTS pgcrypto")
+    assert pg.psql("SELECT count(*) FROM visit_record WHERE client_ip IS NOT NULL AND client_id "
+                   "<> encode(digest(host(client_ip) || '&' || coalesce(user_agent, ''), 'sha1'), "
+                   "'hex')") == "0"
 
     # geo: country/province/city as GeoLite2 says (mmdblookup), NULL for private
     for ip in ("8.8.8.8", "81.2.69.160", "2001:218:1::5", "10.8.4.7"):
@@ -510,6 +515,27 @@ def test_city_without_province_keeps_its_country(procs, pg, broker):
                    "FROM visit_record") == "SG|-|Singapore"
     assert pg.psql("SELECT DISTINCT value FROM link_day_dim WHERE dimension = 'city'") == \
         "SG//Singapore"
+    assert_rollups(pg)
+
+
+def test_referer_hosts_that_are_not_utf8_do_not_stop_the_partition(procs, pg, broker):
+    """libcurl percent-decodes a referer's host and lets bytes above 0x7f
+    through: "%ff" gave a host PostgreSQL refuses as text, which failed the
+    batch on every retry and held its partition for good. Such hosts are
+    stored as NULL now; international names in punycode, one spelling each;
+    "en_US" is language en-us."""
+    gen = EventGen(seed=23)
+    refs = ["http://%ff.example/", "https://%C0%80x/", "http://Example.COM./a",
+            "http://B\u00dcCHER.example/", "http://b%C3%BCcher.example/", None]
+    events = [gen.event(referer=refs[i % len(refs)], accept_language="en_US,fr;q=0.5")
+              for i in range(60)]
+    produce(broker.bootstrap, broker.topic, events)
+    ing = start_ingest(procs, pg, broker)
+    wait_counts(pg, len(events), 0, proc=ing)
+    got = pg.psql("SELECT coalesce(referer_host, '-'), count(*) FROM visit_record "
+                  "GROUP BY 1 ORDER BY 1").splitlines()
+    assert got == ["-|30", "example.com|10", "xn--bcher-kva.example|20"]
+    assert pg.psql("SELECT DISTINCT language FROM visit_record") == "en-us"
     assert_rollups(pg)
 
 
