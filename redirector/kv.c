@@ -91,6 +91,12 @@ kv_free(struct kv *kv)
 }
 
 int
+kv_enabled(struct kv *kv)
+{
+	return kv->enabled;
+}
+
+int
 kv_up(struct kv *kv)
 {
 	return kv->enabled && atomic_load(&kv->down_until_ms) <= now_ms();
@@ -146,8 +152,24 @@ static void
 put_conn(struct kv *kv, redisContext *c)
 {
 	if (c->err) {
+		redisContext **idle;
+		int n;
+
 		mark_down(kv, c->errstr);
 		redisFree(c);
+		/* The idle ones met the same restart or outage: keeping them made
+		 * each later window end on another dead connection, a second of
+		 * fallback per pooled connection. */
+		if ((idle = malloc((size_t)kv->size * sizeof(*idle))) == NULL)
+			return;
+		pthread_mutex_lock(&kv->mtx);
+		n = kv->nidle;
+		memcpy(idle, kv->idle, (size_t)n * sizeof(*idle));
+		kv->nidle = 0;
+		pthread_mutex_unlock(&kv->mtx);
+		for (int i = 0; i < n; i++)
+			redisFree(idle[i]);
+		free(idle);
 		return;
 	}
 	pthread_mutex_lock(&kv->mtx);

@@ -1,6 +1,8 @@
 /* kv.h - Redis access (hiredis) through a small connection pool with short
  * timeouts; when Redis is down, calls fail fast for a second instead of
- * stalling requests. Redis is only ever a cache here: callers fall back. */
+ * stalling requests, and the idle connections are dropped (after a restart
+ * every one of them is dead). Redis is only ever a cache here: callers fall
+ * back. */
 #ifndef LP_KV_H
 #define LP_KV_H
 
@@ -26,5 +28,8 @@ int kv_pipeline(struct kv *kv, int n, const int *argc, const char *const *const 
 
 /* 1 while Redis is believed reachable. */
 int kv_up(struct kv *kv);
+
+/* 1 when a Redis URL was configured (reachable or not). */
+int kv_enabled(struct kv *kv);
 
 #endif

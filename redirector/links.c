@@ -415,38 +415,52 @@ links_parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f,
 
 /* ---------------------------------------------------------- caching */
 
+/* Redis keys: lp:link:<code> the cached record, lp:md5code the URL-MD5 to
+ * code map, lp:fence:<code> set for FENCE_S seconds by an edit before its
+ * UPDATE. While a fence stands no record of its code is written: a load
+ * that read the row before the edit committed would otherwise put the old
+ * record back after the edit's DEL, to be served for cache_ttl_s. */
+#define FENCE_S 60
+
+static const char CACHE_LUA[] =
+    "if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end "
+    "redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) "
+    "redis.call('HSET', KEYS[3], ARGV[3], ARGV[4]) return 1";
+
+static const char FENCE_LUA[] =
+    "redis.call('SET', KEYS[1], '1', 'EX', ARGV[1]) return redis.call('DEL', KEYS[2])";
+
 void
 links_cache(struct links *L, json_t *link)
 {
 	char *s = json_dumps(link, JSON_COMPACT);
 	const char *code = json_string_value(json_object_get(link, "code"));
 	const char *md5 = json_string_value(json_object_get(link, "long_url_md5"));
-	char ttl[16];
-	const char *a1[] = { "SET", NULL, s, "EX", ttl };
-	const char *a2[] = { "HSET", "lp:md5code", md5, code };
-	char key[96];
-	size_t l1[5], l2[4];
-	const char *const *const argv[2] = { a1, a2 };
-	const size_t *lens[2] = { l1, l2 };
-	int argc[2] = { 5, 4 };
-	redisReply *rep[2];
+	redisReply *r;
 
-	if (s == NULL || code == NULL || md5 == NULL || !kv_up(L->kv)) {
-		free(s);
-		return;
-	}
-	snprintf(key, sizeof(key), "lp:link:%s", code);
-	snprintf(ttl, sizeof(ttl), "%d", L->cache_ttl_s);
-	a1[1] = key;
-	for (int i = 0; i < 5; i++)
-		l1[i] = strlen(a1[i]);
-	for (int i = 0; i < 4; i++)
-		l2[i] = strlen(a2[i]);
-	if (kv_pipeline(L->kv, 2, argc, argv, lens, rep) == 0) {
-		freeReplyObject(rep[0]);
-		freeReplyObject(rep[1]);
-	}
+	if (s != NULL && code != NULL && md5 != NULL && kv_up(L->kv) &&
+	    (r = kv_cmd(L->kv, "EVAL %s 3 lp:link:%s lp:fence:%s lp:md5code %s %d %s %s", CACHE_LUA,
+	    code, code, s, L->cache_ttl_s, md5, code)) != NULL)
+		freeReplyObject(r);
 	free(s);
+}
+
+/* Before an edit of code: fences it and drops its record. 0, or -1 with err
+ * (503) when Redis is configured and cannot be reached: the edit is refused
+ * rather than leave the old record cached for cache_ttl_s. */
+static int
+links_fence(struct links *L, const char *code, struct links_err *err)
+{
+	redisReply *r;
+
+	if (!kv_enabled(L->kv))
+		return 0;
+	if ((r = kv_cmd(L->kv, "EVAL %s 2 lp:fence:%s lp:link:%s %d", FENCE_LUA, code, code,
+	    FENCE_S)) == NULL)
+		return links_fail(err, 503, "cache_unavailable", NULL,
+		    "the link cache (Redis) is unavailable: try again");
+	freeReplyObject(r);
+	return 0;
 }
 
 void
@@ -946,6 +960,8 @@ links_patch(struct links *L, const char *code, json_t *req, long long key_id, js
 	params[12] = f.has_tags ? "t" : "f";
 	params[13] = f.tags;
 	params[14] = key_s;
+	if (links_fence(L, code, err) < 0)
+		goto done;
 	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL) {
 		links_db_fail(err, errstr);
 		goto done;
@@ -995,6 +1011,8 @@ links_delete(struct links *L, const char *code, long long key_id, struct links_e
 
 	if (!codes_valid_alias(code))
 		return links_fail(err, 404, "not_found", NULL, "no live link with code \"%s\"", code);
+	if (links_fence(L, code, err) < 0)
+		return -1;
 	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL)
 		return links_db_fail(err, errstr);
 	snprintf(key_s, sizeof(key_s), "%lld", key_id);

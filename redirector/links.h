@@ -96,7 +96,8 @@ int links_resolve(struct links *L, json_t *codes, json_t **out, struct links_err
 int links_check_url(struct links *L, const char *url, const char *field, struct links_err *err);
 
 /* Writes a link record (borrowed JSON as links_get returns it) to the Redis
- * cache (lp:link:<code> with the configured TTL, lp:md5code). Best effort. */
+ * cache (lp:link:<code> with the configured TTL, lp:md5code), unless an edit
+ * of the code fenced it in the last minute (links.c). Best effort. */
 void links_cache(struct links *L, json_t *link);
 
 /* Drops the cached Redis records for code (after a change). */

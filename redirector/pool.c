@@ -139,7 +139,7 @@ static PGresult *
 insert_codes(struct pool *p, char (*codes)[CODES_GEN_SIZE], long long n, long long nreserve,
              char *errstr, size_t errstr_size)
 {
-	size_t cap = (size_t)n * (CODES_GEN_SIZE + 1) + 3;
+	size_t cap = (size_t)n * (CODES_GEN_SIZE + 3) + 3;
 	char *arr = malloc(cap), *w = arr;
 	char nres[24], sqlstate[6] = "";
 	const char *params[2] = { NULL, nres };
@@ -156,8 +156,12 @@ insert_codes(struct pool *p, char (*codes)[CODES_GEN_SIZE], long long n, long lo
 
 		if (i > 0)
 			*w++ = ',';
+		/* quoted: unquoted, a code spelled NULL (any case) would be an
+		 * SQL NULL element and fail the whole round */
+		*w++ = '"';
 		memcpy(w, codes[i], len);
 		w += len;
+		*w++ = '"';
 	}
 	*w++ = '}';
 	*w = '\0';
@@ -308,16 +312,25 @@ refill_main(void *arg)
 	while (!p->stop) {
 		struct timespec until;
 
+		long long added;
+		int heed;
+
 		p->kicked = 0;
 		pthread_mutex_unlock(&p->mtx);
-		if (pool_refill(p, errstr, sizeof(errstr)) < 0)
+		if ((added = pool_refill(p, errstr, sizeof(errstr))) < 0)
 			log_warnx("pool refill: %s", errstr);
+		/* Kicks come from creates finding the set low or empty. After a
+		 * failed refill or with Redis down every create kicks, and heeding
+		 * them ran the refill's queries back to back: then wait the second. */
+		heed = added >= 0 && kv_up(p->kv);
 		pthread_mutex_lock(&p->mtx);
-		if (p->stop || p->kicked)
+		if (p->stop || (p->kicked && heed))
 			continue;
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_sec += 1;
-		pthread_cond_timedwait(&p->cond, &p->mtx, &until);
+		while (!p->stop && !(p->kicked && heed) &&
+		    pthread_cond_timedwait(&p->cond, &p->mtx, &until) == 0)
+			;
 	}
 	pthread_mutex_unlock(&p->mtx);
 	return NULL;

@@ -210,6 +210,59 @@ def test_patch_and_delete(api):
     assert api.pg.psql(f"SELECT deleted FROM url_link WHERE code = '{code}'") == "1"
 
 
+def test_edit_fences_the_redis_record(procs, pg, api):
+    """An edit sets lp:fence:<code> (60 s) and drops lp:link:<code> before its
+    UPDATE, and no record of the code is written while the fence stands: a
+    cold load that read the row before the edit committed would otherwise put
+    the old record back after the edit's DEL, for cache_ttl_s (a day). Another
+    redirector's cold load during the fence finds the new row and leaves
+    Redis alone; once the fence is gone, records are cached again."""
+    other = start_redirector(procs, pg, api.redis)
+    code = api.create(url="https://example.com/f1").json()["code"]
+    assert other.req("GET", "/" + code).headers["Location"] == "https://example.com/f1"
+    assert '"https://example.com/f1"' in api.redis.cli("GET", f"lp:link:{code}")
+    r = api.req("PATCH", f"/api/v1/links/{code}", {"url": "https://example.com/f2"})
+    assert r.status_code == 200, r.text
+    assert 0 < int(api.redis.cli("TTL", f"lp:fence:{code}")) <= 60
+    assert api.redis.cli("EXISTS", f"lp:link:{code}") == "0"
+    third = start_redirector(procs, pg, api.redis)
+    assert third.req("GET", "/" + code).headers["Location"] == "https://example.com/f2"
+    assert api.redis.cli("EXISTS", f"lp:link:{code}") == "0"  # fenced: not cached
+    api.redis.cli("DEL", f"lp:fence:{code}")  # the fence expires
+    fourth = start_redirector(procs, pg, api.redis)
+    assert fourth.req("GET", "/" + code).headers["Location"] == "https://example.com/f2"
+    assert '"https://example.com/f2"' in api.redis.cli("GET", f"lp:link:{code}")
+    assert api.req("DELETE", f"/api/v1/links/{code}").status_code == 200
+    assert api.redis.cli("EXISTS", f"lp:link:{code}") == "0"
+    assert 0 < int(api.redis.cli("TTL", f"lp:fence:{code}")) <= 60
+
+
+def test_edit_with_redis_stopped_is_refused(api):
+    """With Redis configured but unreachable an edit cannot drop the cached
+    record other redirectors read, so it is refused (503, nothing changed)
+    instead of leaving the old link served for a day; creates and redirects
+    go on without Redis."""
+    code = api.create(url="https://example.com/r1").json()["code"]
+    api.redis.stop()
+    for method, body in (("PATCH", {"url": "https://example.com/r2"}), ("DELETE", None)):
+        r = api.req(method, f"/api/v1/links/{code}", body)
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "cache_unavailable", r.text
+    assert api.pg.psql(f"SELECT long_url, deleted FROM url_link WHERE code = '{code}'") == \
+        "https://example.com/r1|0"
+    assert api.create(url="https://example.com/r3").status_code == 201
+    rr = api.req("GET", "/" + code)
+    assert (rr.status_code, rr.headers["Location"]) == (302, "https://example.com/r1")
+    api.redis.up()
+    deadline = time.time() + 10
+    while True:
+        r = api.req("PATCH", f"/api/v1/links/{code}", {"url": "https://example.com/r2"})
+        if r.status_code == 200 or time.time() > deadline:
+            break
+        time.sleep(0.3)
+    assert r.status_code == 200, r.text
+
+
 def test_link_states(api):
     past, future = "2020-01-01T00:00:00Z", "2099-01-01T00:00:00+08:00"
     exp = api.create(url="https://example.com/e", expires_at=past).json()["code"]
