@@ -59,10 +59,11 @@ static PGconn *
 pg_connect(const char *dsn, char *errstr, size_t errstr_size)
 {
 	/* libpq takes the keywords in order: the DSN (expanded from dbname)
-	 * comes last so its connect_timeout or application_name win over these
-	 * defaults. */
-	const char *keys[] = { "connect_timeout", "application_name", "dbname", NULL };
-	const char *vals[] = { "3", "linkpulse", dsn, NULL };
+	 * comes last so its connect_timeout, application_name or
+	 * client_encoding win over these defaults. */
+	const char *keys[] = { "connect_timeout", "application_name", "client_encoding", "dbname",
+		NULL };
+	const char *vals[] = { "3", "linkpulse", "UTF8", dsn, NULL };
 	PGconn *c = PQconnectdbParams(keys, vals, 1);
 	const char *msg;
 	size_t n;

@@ -677,8 +677,13 @@ run(const struct args *a, const struct reports_conf *conf)
 			rc = found == 0 ? EXIT_NOTFOUND : EXIT_RUNTIME;
 			goto fail;
 		}
-		if (query_reports(q, &id, 1, &rep, err, sizeof(err)) < 0 || rep == NULL)
+		if (query_reports(q, &id, 1, &rep, err, sizeof(err)) < 0)
 			goto fail;
+		if (rep == NULL) { /* its row went between the two statements */
+			errstr_set(err, sizeof(err), "unknown code \"%s\"", a->link);
+			rc = EXIT_NOTFOUND;
+			goto fail;
+		}
 		snprintf(name, sizeof(name), "link-%s.%s", a->link, a->format);
 		if (strcmp(a->out, "-") == 0 ? render(rep, a->format, stdout, err, sizeof(err)) < 0 ||
 		    fflush(stdout) != 0 : write_file(&main_writer, a->out, name, rep, a->format, err, sizeof(err)) < 0)

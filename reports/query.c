@@ -196,12 +196,15 @@ static const char HUMAN_EDGES_SQL[] =
     " SELECT g, dimension, value, CASE WHEN is_bot THEN 0 ELSE visits END AS v," \
     "  CASE WHEN is_bot THEN visits ELSE 0 END AS b FROM r"
 
-/* work_mem: a round of --all sorts and hashes ~80,000 link_day_dim rows; at
+/* DateStyle and client_encoding: dates are read as text (YYYY-MM-DD) and
+ * values as UTF-8 whatever PGDATESTYLE, PGCLIENTENCODING or the role says.
+ * work_mem: a round of --all sorts and hashes ~80,000 link_day_dim rows; at
  * the default 4 MB both spill to temporary files. No parallel workers: the
  * two readers of --all and the rendering thread already fill the cores, and
  * gathering a round's ~55,000 partial groups cost more than it saved. */
 static const char SESSION_SQL[] =
     "SELECT set_config('TimeZone', $1, false), set_config('jit', 'off', false),"
+    " set_config('DateStyle', 'ISO, YMD', false), set_config('client_encoding', 'UTF8', false),"
     " set_config('work_mem', '64MB', false), set_config('max_parallel_workers_per_gather', '0', false)";
 
 static const char LINKS_SQL[] =
@@ -920,6 +923,35 @@ out:
 	return rc;
 }
 
+/* One snapshot for a report's statements: its totals, series, uniques and
+ * top lists agree with one another while ingest commits between them. */
+static int
+snapshot_begin(struct query *q, char *errstr, size_t errstr_size)
+{
+	PGresult *r = exec(q, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL, NULL, errstr,
+	    errstr_size);
+
+	PQclear(r);
+	return r != NULL ? 0 : -1;
+}
+
+/* Ends the snapshot: rc as given, or -1 when COMMIT fails (errstr set). */
+static int
+snapshot_end(struct query *q, int rc, char *errstr, size_t errstr_size)
+{
+	PGresult *r;
+
+	if (PQtransactionStatus(q->conn) == PQTRANS_IDLE)
+		return rc;
+	if (rc < 0) {
+		PQclear(PQexec(q->conn, "ROLLBACK"));
+		return rc;
+	}
+	r = exec(q, "COMMIT", 0, NULL, NULL, errstr, errstr_size);
+	PQclear(r);
+	return r != NULL ? rc : -1;
+}
+
 static PGresult *
 links(struct query *q, const long long *ids, size_t n, char **arr, char *errstr, size_t errstr_size)
 {
@@ -956,6 +988,8 @@ query_reports(struct query *q, const long long *ids, size_t n, json_t **out,
 		t.order[i].i = i;
 	}
 	qsort(t.order, n, sizeof(*t.order), cmp_key);
+	if (snapshot_begin(q, errstr, errstr_size) < 0)
+		goto out;
 	if ((r = links(q, ids, n, &arr, errstr, errstr_size)) == NULL)
 		goto out;
 	for (int i = 0; i < PQntuples(r); i++) {
@@ -983,6 +1017,7 @@ query_reports(struct query *q, const long long *ids, size_t n, json_t **out,
 	PQclear(r);
 	rc = fill(q, ids, n, &t, errstr, errstr_size);
 out:
+	rc = snapshot_end(q, rc, errstr, errstr_size);
 	if (rc < 0)
 		for (size_t i = 0; i < n; i++) {
 			json_decref(out[i]);
@@ -1001,10 +1036,13 @@ query_combined(struct query *q, const char *tag, const long long *ids, size_t n,
 	long long all = 0, bots = 0;
 	struct targets t = { &rep, NULL, n, 1 };
 	char *arr = NULL;
-	PGresult *r = links(q, ids, n, &arr, errstr, errstr_size);
+	PGresult *r = NULL;
 
+	if (snapshot_begin(q, errstr, errstr_size) == 0)
+		r = links(q, ids, n, &arr, errstr, errstr_size);
 	free(arr);
 	if (r == NULL) {
+		snapshot_end(q, -1, errstr, errstr_size);
 		json_decref(codes);
 		return NULL;
 	}
@@ -1016,9 +1054,11 @@ query_combined(struct query *q, const char *tag, const long long *ids, size_t n,
 	PQclear(r);
 	if ((rep = model_new_tag(tag, codes, all, bots, &q->range)) == NULL) {
 		errstr_set(errstr, errstr_size, "cannot build the combined report");
+		snapshot_end(q, -1, errstr, errstr_size);
 		return NULL;
 	}
-	if (n > 0 && fill(q, ids, n, &t, errstr, errstr_size) < 0) {
+	if (snapshot_end(q, n > 0 ? fill(q, ids, n, &t, errstr, errstr_size) : 0, errstr,
+	    errstr_size) < 0) {
 		json_decref(rep);
 		return NULL;
 	}

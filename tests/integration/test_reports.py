@@ -140,9 +140,10 @@ def db(request, pg_cluster):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run(db, *args, check=True):
+def run(db, *args, check=True, env=None):
     r = subprocess.run([os.path.join(lpstack.BIN, "reports"), "-o", f"pg_dsn={db.dsn}"]
-                       + list(args), capture_output=True, timeout=120)
+                       + list(args), capture_output=True, timeout=120,
+                       env=None if env is None else {**os.environ, **env})
     # bytes decoded by hand: CSV's CRLF must reach the test untranslated
     r.stdout, r.stderr = r.stdout.decode("utf-8"), r.stderr.decode("utf-8", "replace")
     rep = lpstack.sanitizer_report(r.stderr)
@@ -401,6 +402,21 @@ def test_link_out_keeps_a_long_code_in_the_file_name(db):
         assert sorted(os.listdir(out)) == [f"link-{code}.{e}" for e in ("csv", "html", "json")]
     finally:
         db.psql(f"DELETE FROM url_link WHERE code = '{code}'")
+
+
+def test_session_date_style_and_encoding_do_not_change_reports(db):
+    """Dates are read as text and values as UTF-8: a PGDATESTYLE of 'SQL, DMY'
+    gave "--from 01/05/2024 is after --to 03/05/2024"-style failures and
+    dates outside the schema, a PGCLIENTENCODING of LATIN1 values that are not
+    UTF-8. Reports set both for their session; the output is the same."""
+    args = ("--link", "rpA", "--from", "2024-04-28", "--to", "2024-05-03", "--tz", "Asia/Shanghai")
+    want = run(db, *args).stdout
+    for env in ({"PGDATESTYLE": "SQL, DMY"}, {"PGDATESTYLE": "German"},
+                {"PGCLIENTENCODING": "LATIN1"}):
+        got = run(db, *args, env=env).stdout
+        assert got == want, env
+    doc = json.loads(want)
+    assert doc["range"]["from"] == "2024-04-28", doc["range"]
 
 
 def test_connection_error_is_one_line(db):
