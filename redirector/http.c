@@ -31,6 +31,7 @@ struct reqstate {
 	char *body;     /* owned */
 	size_t len, cap;
 	int too_big;
+	int discard;    /* the body is read and dropped, not kept */
 	int started;    /* the headers-only first call has been seen */
 	double start;
 	http_resume_fn resume_fn;  /* set while an answer is deferred */
@@ -112,7 +113,8 @@ http_text(struct http_req *req, unsigned status, const char *content_type,
 	return queue(req, status, resp);
 }
 
-/* The JSON response of body (stolen), with Allow: allow when not NULL. */
+/* The JSON response of body (stolen), with Allow: allow when not NULL, and
+ * WWW-Authenticate on a 401. */
 static enum MHD_Result
 json_allow(struct http_req *req, unsigned status, json_t *body, const char *allow)
 {
@@ -130,6 +132,9 @@ json_allow(struct http_req *req, unsigned status, json_t *body, const char *allo
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
 	if (allow != NULL)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	if (status == MHD_HTTP_UNAUTHORIZED) /* RFC 9110: a 401 names its scheme */
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+		    "Bearer realm=\"linkpulse\"");
 	return queue(req, status, resp);
 }
 
@@ -360,6 +365,10 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	if (st == NULL)
 		return MHD_NO;
 	if (*upload_data_size > 0) {
+		if (st->discard) {
+			*upload_data_size = 0;
+			return MHD_YES;
+		}
 		if (!st->too_big && st->len + *upload_data_size > s->max_body)
 			st->too_big = 1;
 		if (!st->too_big) {
@@ -384,6 +393,15 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	/* The first call carries headers only; the body (if any) follows. */
 	if (!st->started) {
 		st->started = 1;
+		/* Only a request that may take a body and carries credentials
+		 * keeps one: the bodies of others (a redirect's, an API call
+		 * without a key, answered 401) are read and dropped, so clients
+		 * without a key cannot hold max_body_bytes each. */
+		if ((strcmp(method, "POST") != 0 && strcmp(method, "PATCH") != 0 &&
+		    strcmp(method, "PUT") != 0) ||
+		    MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		    MHD_HTTP_HEADER_AUTHORIZATION) == NULL)
+			st->discard = 1;
 		return MHD_YES;
 	}
 	memset(&req, 0, sizeof(req));

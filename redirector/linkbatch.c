@@ -598,7 +598,7 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 	size_t **lens;
 	int *argc;
 	redisReply **rep;
-	char ttl[16], (*keys)[96];
+	char ttl[16], (*keys)[96], (*fkeys)[96];
 	char **json;
 
 	if (!kv_up(L->kv))
@@ -618,9 +618,10 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 	argc = calloc(ncmd, sizeof(*argc));
 	rep = calloc(ncmd, sizeof(*rep));
 	keys = calloc(ncache + 1, sizeof(*keys));
+	fkeys = calloc(ncache + 1, sizeof(*fkeys));
 	json = calloc(ncache + 1, sizeof(*json));
 	if (argv == NULL || lens == NULL || argc == NULL || rep == NULL || keys == NULL ||
-	    json == NULL)
+	    fkeys == NULL || json == NULL)
 		goto out;
 	for (size_t i = 0, k = 0; i < n && ncache > 0; i++) {
 		const char *code;
@@ -632,16 +633,33 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 		if (code == NULL || json[k] == NULL)
 			goto out;
 		snprintf(keys[k], sizeof(keys[k]), "lp:link:%.64s", code);
-		argv[c] = calloc(5, sizeof(char *));
-		lens[c] = calloc(5, sizeof(size_t));
+		argv[c] = calloc(10, sizeof(char *));
+		lens[c] = calloc(10, sizeof(size_t));
 		if (argv[c] == NULL || lens[c] == NULL)
 			goto out;
-		argv[c][0] = "SET";
-		argv[c][1] = keys[k];
-		argv[c][2] = json[k];
-		argv[c][3] = "EX";
-		argv[c][4] = ttl;
-		argc[c] = 5;
+		if (it[i]->created) { /* new: no edit can have fenced it */
+			argv[c][0] = "SET";
+			argv[c][1] = keys[k];
+			argv[c][2] = json[k];
+			argv[c][3] = "EX";
+			argv[c][4] = ttl;
+			argc[c] = 5;
+		} else {
+			/* an existing link this batch read: an edit may have
+			 * fenced it since (links.c) */
+			snprintf(fkeys[k], sizeof(fkeys[k]), "lp:fence:%.64s", code);
+			argv[c][0] = "EVAL";
+			argv[c][1] = links_cache_lua;
+			argv[c][2] = "3";
+			argv[c][3] = keys[k];
+			argv[c][4] = fkeys[k];
+			argv[c][5] = "lp:md5code";
+			argv[c][6] = json[k];
+			argv[c][7] = ttl;
+			argv[c][8] = json_string_value(json_object_get(it[i]->out, "long_url_md5"));
+			argv[c][9] = code;
+			argc[c] = 10;
+		}
 		c++;
 		k++;
 	}
@@ -700,6 +718,7 @@ out:
 	free(argc);
 	free(rep);
 	free(keys);
+	free(fkeys);
 	free(json);
 }
 

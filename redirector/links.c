@@ -422,7 +422,7 @@ links_parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f,
  * record back after the edit's DEL, to be served for cache_ttl_s. */
 #define FENCE_S 60
 
-static const char CACHE_LUA[] =
+const char links_cache_lua[] =
     "if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end "
     "redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) "
     "redis.call('HSET', KEYS[3], ARGV[3], ARGV[4]) return 1";
@@ -439,7 +439,7 @@ links_cache(struct links *L, json_t *link)
 	redisReply *r;
 
 	if (s != NULL && code != NULL && md5 != NULL && kv_up(L->kv) &&
-	    (r = kv_cmd(L->kv, "EVAL %s 3 lp:link:%s lp:fence:%s lp:md5code %s %d %s %s", CACHE_LUA,
+	    (r = kv_cmd(L->kv, "EVAL %s 3 lp:link:%s lp:fence:%s lp:md5code %s %d %s %s", links_cache_lua,
 	    code, code, s, L->cache_ttl_s, md5, code)) != NULL)
 		freeReplyObject(r);
 	free(s);

@@ -76,6 +76,10 @@ int links_fields_dedupe(const struct fields *f);
 #define LINKS_DEDUPABLE_SQL \
     "l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL " \
     "AND l.max_visits IS NULL AND l.strategy <> 3 AND l.tags = '{}'"
+/* The Lua script that writes a link record unless its code is fenced by an
+ * edit (links.c): KEYS lp:link:<code> lp:fence:<code> lp:md5code, ARGV the
+ * record's JSON, its TTL in seconds, its long_url_md5 and code. */
+extern const char links_cache_lua[];
 /* A cached link that dedupe may return for (url, redirect_type). */
 int links_dedupable(json_t *link, const char *url, const char *redirect_type);
 /* Creates one link from parsed fields on the single (one row at a time) path. */

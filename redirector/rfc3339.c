@@ -56,12 +56,19 @@ rfc3339_parse(const char *s, int64_t *us)
 		return -1;
 	s += 19;
 	if (*s == '.') {
-		if (*++s < '0' || *s > '9')
+		const char *f0 = ++s;
+
+		if (*s < '0' || *s > '9')
 			return -1;
 		for (; *s >= '0' && *s <= '9'; s++) {
 			frac += (*s - '0') * scale;
 			scale /= 10;
 		}
+		/* Nanoseconds at most: PostgreSQL refuses a date-time over its
+		 * 128-byte field buffer (22007), which in a batched create
+		 * failed every item batched with it. */
+		if (s - f0 > 9)
+			return -1;
 	}
 	if (*s == 'Z' || *s == 'z') {
 		s++;

@@ -14,7 +14,7 @@
 /* Parses "YYYY-MM-DDTHH:MM:SS[.frac](Z|+hh:mm|-hh:mm)" ('T' and 'Z' in
  * either case; the offset may also carry ":ss", as PostgreSQL writes
  * historical offsets) into µs since the epoch, fractions past 6 digits
- * truncated. Rejects dates that do not exist (2030-02-30), hour 24, minute
+ * truncated, past 9 refused. Rejects dates that do not exist (2030-02-30), hour 24, minute
  * or second 60 and more, offsets past ±15:59 (PostgreSQL's limit), and
  * anything after the offset. Returns 0, or -1 with *us untouched. */
 int rfc3339_parse(const char *s, int64_t *us);
