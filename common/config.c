@@ -67,14 +67,17 @@ set_opt(const struct cfg_opt *o, void *conf, const char *v, char *errstr,
 	case CFG_INT:
 		errno = 0;
 		n = strtoll(v, &end, 10);
-		if (*v == '\0' || *end != '\0' || errno != 0) {
+		/* strtoll also skips blanks and takes '+': only digits, with
+		 * an optional '-', are an integer here */
+		if (!((*v >= '0' && *v <= '9') || (*v == '-' && v[1] >= '0' && v[1] <= '9')) ||
+		    *end != '\0') {
 			snprintf(errstr, errstr_size, "%s: \"%s\" is not an integer",
 			    o->name, v);
 			return -1;
 		}
-		if (n < o->min || n > o->max) {
-			snprintf(errstr, errstr_size, "%s: %lld is out of range [%lld, %lld]",
-			    o->name, n, o->min, o->max);
+		if (errno == ERANGE || n < o->min || n > o->max) {
+			snprintf(errstr, errstr_size, "%s: %s is out of range [%lld, %lld]",
+			    o->name, v, o->min, o->max);
 			return -1;
 		}
 		*(long long *)(void *)(base + o->off) = n;
@@ -187,7 +190,9 @@ parse_line(char *line, char **name, char **value, char *errstr, size_t errstr_si
 				break;
 		}
 		if (q == NULL) {
-			snprintf(errstr, errstr_size, "unterminated quoted value");
+			snprintf(errstr, errstr_size, strchr(v + 1, '"') != NULL ?
+			    "text after the quoted value (only blanks or a # comment may follow)" :
+			    "unterminated quoted value");
 			return -1;
 		}
 		*q = '\0';
@@ -211,11 +216,18 @@ load_file(const struct cfg_prog *prog, void *conf, const char *path,
 {
 	FILE *f = fopen(path, "r");
 	char *line = NULL, *name, *value, why[512];
-	size_t cap = 0;
-	int lineno = 0, rc = 0, r;
+	size_t cap = 0, nopts = 0;
+	int lineno = 0, rc = 0, r, *seen;
 
 	if (f == NULL) {
 		snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	while (prog->tab[nopts].name != NULL)
+		nopts++;
+	if ((seen = calloc(nopts + 1, sizeof(*seen))) == NULL) { /* line of each setting */
+		snprintf(errstr, errstr_size, "%s: out of memory", path);
+		fclose(f);
 		return -1;
 	}
 	while (getline(&line, &cap, f) != -1) {
@@ -223,6 +235,19 @@ load_file(const struct cfg_prog *prog, void *conf, const char *path,
 		r = parse_line(line, &name, &value, why, sizeof(why));
 		if (r == 0)
 			continue;
+		/* a second line for a setting is a mistake, not an override:
+		 * which of the two was meant is unknowable */
+		for (size_t i = 0; r > 0 && i < nopts; i++) {
+			if (strcmp(prog->tab[i].name, name) != 0)
+				continue;
+			if (seen[i] > 0) {
+				snprintf(why, sizeof(why), "%s is set twice (first on line %d)", name,
+				    seen[i]);
+				r = -1;
+			}
+			seen[i] = lineno;
+			break;
+		}
 		if (r > 0)
 			r = cfg_set(prog, conf, name, value, why, sizeof(why));
 		if (r < 0) {
@@ -238,6 +263,7 @@ load_file(const struct cfg_prog *prog, void *conf, const char *path,
 		rc = -1;
 	}
 	free(line);
+	free(seen);
 	fclose(f);
 	return rc;
 }

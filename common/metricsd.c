@@ -158,6 +158,9 @@ metricsd_start(const char *addr, int port, struct metrics *m, metricsd_health_fn
 	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, d,
 	    MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+	    /* a few per client address: clients trickling a request's bytes
+	     * cannot take every slot and blind Prometheus and /healthz */
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)8,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
 	    MHD_OPTION_END);
 	freeaddrinfo(ai);

@@ -395,8 +395,15 @@ main(int argc, char **argv)
 	enum cfg_action action;
 	char errstr[512];
 	struct sigaction sa;
+	sigset_t hup;
 	int rc = 0;
 
+	/* A reload asked for while starting (systemd sends one as soon as the
+	 * unit is active) waits for the handler instead of killing the process
+	 * by SIGHUP's default action. */
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	sigprocmask(SIG_BLOCK, &hup, NULL);
 	memset(&a, 0, sizeof(a));
 	a.argc = argc;
 	a.argv = argv;
@@ -424,6 +431,7 @@ main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+	sigprocmask(SIG_UNBLOCK, &hup, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	if ((a.metrics = metrics_new()) == NULL ||
 	    stats_metrics(a.metrics, errstr, sizeof(errstr)) < 0 ||

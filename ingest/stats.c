@@ -175,7 +175,7 @@ stats_metrics(struct metrics *m, char *errstr, size_t errstr_size)
 		    "Offset ranges the broker no longer had (rows of ingest_lost)." },
 		[M_COMMIT_AGE] = { METRICS_GAUGE, "linkpulse_ingest_last_commit_age_seconds",
 		    "Seconds since the last committed batch (since start before the first)." },
-		[M_LAG_TOTAL] = { METRICS_GAUGE, "linkpulse_ingest_consumer_lag_total",
+		[M_LAG_TOTAL] = { METRICS_GAUGE, "linkpulse_ingest_consumer_lag_overall",
 		    "Sum of the partitions' lag." },
 	};
 	struct metrics_family *f;

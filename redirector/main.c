@@ -599,7 +599,14 @@ main(int argc, char **argv)
 	enum cfg_action action;
 	char errstr[512];
 	int cmd_at = argc, rc;
+	sigset_t hup;
 
+	/* A reload asked for while starting (systemd sends one as soon as the
+	 * unit is active) waits for serve's sigwait instead of killing the
+	 * process by SIGHUP's default action. */
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &hup, NULL);
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "-o") == 0 ||
 		    strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--set") == 0) {

@@ -30,6 +30,10 @@ def scrape(port, path="/metrics"):
     assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
     out = {}
     for line in r.text.splitlines():
+        # Prometheus' naming rule (promtool check metrics): _total is a
+        # counter's suffix only
+        t = re.match(r"# TYPE (\S+) (\S+)$", line)
+        assert not (t and t.group(1).endswith("_total") and t.group(2) != "counter"), line
         if not line or line.startswith("#"):
             continue
         m = SAMPLE.match(line)
@@ -181,7 +185,7 @@ def test_ingest_metrics_move_with_events(procs, pg, broker):
     parts = pg.psql("SELECT kafka_partition FROM ingest_offset WHERE next_offset > 0").split()
     assert {f'{{partition="{p}"}}' for p in parts} <= set(lags), (parts, lags)
     assert all(v >= 0 for v in lags.values()), lags
-    assert val(s, "linkpulse_ingest_consumer_lag_total") == sum(lags.values())
+    assert val(s, "linkpulse_ingest_consumer_lag_overall") == sum(lags.values())
 
 
 # --- configuration -------------------------------------------------------------

@@ -1,6 +1,11 @@
 /* test_metricsd.c - starts the metrics listener on a free port and fetches
  * /metrics, /healthz and wrong paths and methods with libcurl: status codes,
- * Content-Type, bodies, and counters moving between scrapes. */
+ * Content-Type, bodies, counters moving between scrapes, and one client
+ * address holding 64 half-sent requests leaving /healthz to others. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <curl/curl.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -9,6 +14,9 @@
 
 #include "metricsd.h"
 #include "unit.h"
+
+/* The local address fetch connects from (CURLOPT_INTERFACE), NULL: any. */
+static const char *fetch_from;
 
 struct fetch {
 	long status;
@@ -53,6 +61,8 @@ fetch(int port, const char *method, const char *path, struct fetch *f)
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	if (fetch_from != NULL)
+		curl_easy_setopt(c, CURLOPT_INTERFACE, fetch_from);
 	rc = curl_easy_perform(c);
 	if (rc == CURLE_OK) {
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &f->status);
@@ -125,7 +135,7 @@ main(void)
 	pthread_t t[3];
 	struct fetch f;
 	char errstr[256], val[64], *want;
-	int port, total = 0;
+	int port, total = 0, held[64];
 
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	req = metrics_counter(m, "t_requests_total", "Requests.", "status", errstr, sizeof(errstr));
@@ -212,6 +222,24 @@ main(void)
 	CHECK(strstr(f.body, "t_requests_total{status=\"302\"} 100006\n") != NULL,
 	    "302 count 100006 in:\n%s", f.body);
 	free(f.body);
+
+	/* 64 connections from 127.0.0.1, each a request's first line and no
+	 * more (the listener's whole limit): 127.0.0.2 still gets /healthz. */
+	for (int i = 0; i < 64; i++) {
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+
+		held[i] = socket(AF_INET, SOCK_STREAM, 0);
+		inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+		if (connect(held[i], (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			(void)!write(held[i], "GET /metrics HTTP/1.1\r\n", 23);
+	}
+	fetch_from = "127.0.0.2";
+	CHECK(fetch(port, "GET", "/healthz", &f) == 0 && f.status == 200,
+	    "/healthz from another address while 64 half requests are held: %ld", f.status);
+	free(f.body);
+	fetch_from = NULL;
+	for (int i = 0; i < 64; i++)
+		close(held[i]);
 
 	metricsd_stop(d);
 	CHECK(fetch(port, "GET", "/metrics", &f) < 0, "nothing listens after stop");
