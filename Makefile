@@ -3,7 +3,7 @@
 # make bench | make fuzz | make clean | make distclean
 
 CC       ?= cc
-PKGS     := libmicrohttpd rdkafka libpq hiredis jansson libmaxminddb libpcre2-8 yaml-0.1 libcrypto libcurl
+PKGS     := libmicrohttpd rdkafka libpq hiredis jansson libmaxminddb libpcre2-8 yaml-0.1 libcrypto libcurl libidn2
 PYTHON   := /usr/bin/python3
 WARN     := -Wall -Wextra -Wshadow -Wformat=2 -Wmissing-prototypes
 CSTD     := -std=c11 -D_GNU_SOURCE

@@ -6,6 +6,7 @@
 #include "hash.h"
 
 #include <curl/curl.h>
+#include <idn2.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,27 +133,43 @@ static void
 parse_host(struct enricher *e, const char *url, char *out, size_t out_size)
 {
 	char *host = NULL;
+	uint8_t *ace = NULL;
 	size_t len;
 
 	out[0] = '\0';
 	curl_url_set(e->url, CURLUPART_URL, NULL, 0);
 	if (curl_url_set(e->url, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK)
 		return;
-	/* An international name in its punycode (ASCII) form, so its spellings
-	 * (any case, percent-encoded) count as one host; as sent when libidn2
-	 * refuses it. */
-	if (curl_url_get(e->url, CURLUPART_HOST, &host, CURLU_PUNYCODE) != CURLUE_OK &&
-	    curl_url_get(e->url, CURLUPART_HOST, &host, 0) != CURLUE_OK)
-		return;
-	if (host == NULL)
+	if (curl_url_get(e->url, CURLUPART_HOST, &host, 0) != CURLUE_OK || host == NULL)
 		return;
 	len = strlen(host);
 	if (len > 1 && host[len - 1] == '.') /* "example.com." is example.com */
-		len--;
-	/* libcurl percent-decodes the host and passes bytes above 0x7f through:
-	 * text that is not UTF-8 would fail the batch's COPY on every retry. */
-	if (len < out_size && errstr_utf8_valid(host))
+		host[--len] = '\0';
+	/* libcurl percent-decodes the host and passes bytes above 0x7f: text
+	 * that is not UTF-8 would fail the batch's COPY on every retry. */
+	if (!errstr_utf8_valid(host)) {
+		curl_free(host);
+		return;
+	}
+	/* An international name in its punycode (ASCII) form by libidn2
+	 * (UTS #46, which also folds case), so its spellings count as one
+	 * host; as sent, lower-cased, when libidn2 refuses it. (libcurl's
+	 * CURLU_PUNYCODE reads the locale's charset and, in 7.88, leaks the
+	 * host when the conversion fails.) */
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)host[i] >= 0x80) {
+			if (idn2_lookup_u8((const uint8_t *)host, &ace,
+			    IDN2_NFC_INPUT | IDN2_NONTRANSITIONAL) != IDN2_OK) {
+				idn2_free(ace);
+				ace = NULL;
+			}
+			break;
+		}
+	if (ace != NULL && strlen((char *)ace) < out_size)
+		lower_copy(out, out_size, (char *)ace, strlen((char *)ace));
+	else if (ace == NULL && len < out_size)
 		lower_copy(out, out_size, host, len);
+	idn2_free(ace);
 	curl_free(host);
 }
 

@@ -14,7 +14,6 @@
 #include "metricsd.h"
 #include "stats.h"
 
-#include <locale.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -419,12 +418,6 @@ main(int argc, char **argv)
 		cfg_free(&ingest_prog, &a.conf);
 		return 2;
 	}
-	/* Character type UTF-8 (glibc's C.UTF-8, always present): libidn2,
-	 * through libcurl, then reads a referer's international host name and
-	 * gives its punycode form (enrich_referer_host). ctype.h's classes of
-	 * single bytes are those of the C locale still. */
-	if (setlocale(LC_CTYPE, "C.UTF-8") == NULL)
-		log_warnx("locale C.UTF-8 unavailable: international referer hosts are stored as sent");
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);

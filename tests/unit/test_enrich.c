@@ -4,7 +4,6 @@
  * and in reverse order, next to thousands of distinct URLs that evict and
  * collide in the cache, at the cache's URL length limit and beyond, and up
  * to the event schema's 8192 characters. */
-#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,7 +85,6 @@ main(void)
 	size_t n;
 	struct enricher *e;
 
-	setlocale(LC_CTYPE, "C.UTF-8"); /* as ingest's main: libidn2 reads UTF-8 */
 	snprintf(regexes, sizeof(regexes), "%s/regexes.yaml", uap ? uap : "/usr/share/uap-core");
 	e = enrich_new(city ? city : "var/geoip/GeoLite2-City.mmdb", NULL, "en", regexes, 64, 16, err,
 	    sizeof(err));
