@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <pcre2.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +59,17 @@ struct ua_parser {
 	struct ua_typer typer;
 	struct ua_cache *cache; /* owned, NULL when disabled */
 	size_t nprefiltered;
+	pcre2_match_context *mctx; /* owned: the match limits */
+	_Atomic uint64_t limited;  /* parses where a regex hit a limit */
 };
+
+/* Bounds of one regex's match on one string: far above what the shipped
+ * regexes need for a real user agent (a few thousand steps), far below
+ * PCRE2's defaults (10,000,000 steps, 20 GB of heap), which let one
+ * crafted string cost seconds of CPU per regex. */
+#define UA_MATCH_LIMIT 1000000
+#define UA_DEPTH_LIMIT 100000
+#define UA_HEAP_LIMIT_KB 65536
 
 /* ---- loading --------------------------------------------------------------- */
 
@@ -277,11 +289,17 @@ ua_parser_new(const char *regexes_path, size_t cache_entries, char *errstr, size
 
 	if (regexes_path == NULL)
 		regexes_path = UA_DEFAULT_REGEXES;
-	if ((p = calloc(1, sizeof(*p))) == NULL || (p->pf = ua_pf_new()) == NULL) {
+	if ((p = calloc(1, sizeof(*p))) == NULL || (p->pf = ua_pf_new()) == NULL ||
+	    (p->mctx = pcre2_match_context_create(NULL)) == NULL) {
 		snprintf(errstr, errstr_size, "ua: %s", strerror(ENOMEM));
+		if (p != NULL)
+			ua_pf_free(p->pf);
 		free(p);
 		return NULL;
 	}
+	pcre2_set_match_limit(p->mctx, UA_MATCH_LIMIT);
+	pcre2_set_depth_limit(p->mctx, UA_DEPTH_LIMIT);
+	pcre2_set_heap_limit(p->mctx, UA_HEAP_LIMIT_KB);
 	if (load(p, regexes_path, errstr, errstr_size) < 0)
 		goto fail;
 	if (ua_type_init(&p->typer, p->pf) < 0) {
@@ -313,6 +331,7 @@ ua_parser_free(struct ua_parser *p)
 	}
 	ua_pf_free(p->pf);
 	ua_cache_free(p->cache);
+	pcre2_match_context_free(p->mctx);
 	free(p);
 }
 
@@ -417,29 +436,35 @@ fill(char *dst, size_t size, const char *repl, int defgroup, const char *s,
 	errstr_utf8_clean(dst);
 }
 
+/* Matches rx; a match, depth or heap limit (or no memory) counts as no
+ * match and sets *limited, so the result is not cached as if it were the
+ * spec's answer. */
 static int
-run(const struct ua_rx *rx, const char *s, size_t n, pcre2_match_data *md)
+run(const struct ua_parser *p, const struct ua_rx *rx, const char *s, size_t n,
+    pcre2_match_data *md, int *limited)
 {
-	int rc;
+	int rc = PCRE2_ERROR_JIT_STACKLIMIT;
 
-	if (rx->jit) {
-		rc = pcre2_jit_match(rx->code, (PCRE2_SPTR)s, n, 0, 0, md, NULL);
-		if (rc != PCRE2_ERROR_JIT_STACKLIMIT)
-			return rc;
-	}
-	return pcre2_match(rx->code, (PCRE2_SPTR)s, n, 0, PCRE2_NO_JIT, md, NULL);
+	if (rx->jit)
+		rc = pcre2_jit_match(rx->code, (PCRE2_SPTR)s, n, 0, 0, md, p->mctx);
+	if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+		rc = pcre2_match(rx->code, (PCRE2_SPTR)s, n, 0, PCRE2_NO_JIT, md, p->mctx);
+	if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+	    rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_NOMEMORY)
+		*limited = 1;
+	return rc;
 }
 
 /* Tries regex i of list li; 1 when it matched and gave a family (slots
  * filled), else 0. */
 static int
 try_rx(const struct ua_parser *p, int li, size_t i, const char *s, size_t n,
-       pcre2_match_data *md, char **dst, const size_t *size, int nslot)
+       pcre2_match_data *md, char **dst, const size_t *size, int nslot, int *limited)
 {
 	const struct ua_rx *rx = &p->list[li].v[i];
 	const PCRE2_SIZE *ov;
 	uint32_t ng;
-	int rc = run(rx, s, n, md);
+	int rc = run(p, rx, s, n, md, limited);
 
 	if (rc < 0)
 		return 0; /* no match, or a match limit: try the next */
@@ -458,7 +483,7 @@ try_rx(const struct ua_parser *p, int li, size_t i, const char *s, size_t n,
  * none. */
 static int
 search(const struct ua_parser *p, int li, const char *s, size_t n, const uint64_t *rxbits,
-       pcre2_match_data *md, char **dst, const size_t *size, int nslot)
+       pcre2_match_data *md, char **dst, const size_t *size, int nslot, int *limited)
 {
 	const struct ua_list *l = &p->list[li];
 	size_t lo = l->base, hi = l->base + l->n;
@@ -467,7 +492,7 @@ search(const struct ua_parser *p, int li, const char *s, size_t n, const uint64_
 		return 0;
 	if (rxbits == NULL) {
 		for (size_t i = 0; i < l->n; i++)
-			if (try_rx(p, li, i, s, n, md, dst, size, nslot))
+			if (try_rx(p, li, i, s, n, md, dst, size, nslot, limited))
 				return 1;
 		return 0;
 	}
@@ -482,7 +507,7 @@ search(const struct ua_parser *p, int li, const char *s, size_t n, const uint64_
 			size_t g = w * 64 + (size_t)__builtin_ctzll(m);
 
 			m &= m - 1;
-			if (try_rx(p, li, g - l->base, s, n, md, dst, size, nslot))
+			if (try_rx(p, li, g - l->base, s, n, md, dst, size, nslot, limited))
 				return 1;
 		}
 	}
@@ -515,7 +540,9 @@ lowercase(const char *ua, size_t len, unsigned char *lower)
 	return len;
 }
 
-/* The whole parse; no_prefilter runs every regex (for checks). */
+/* The whole parse; no_prefilter runs every regex (for checks). Returns 0,
+ * 1 when a regex hit a match limit (the result may not be the spec's), -1
+ * out of memory. */
 static int
 parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *r,
            int no_prefilter)
@@ -526,6 +553,7 @@ parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_resu
 	pcre2_match_data *md;
 	char *d[NSLOT];
 	size_t sz[NSLOT];
+	int limited = 0;
 
 	len = lowercase(ua, len, lower);
 	ua_pf_match(p->pf, lower, len, bits, rxbits);
@@ -540,7 +568,7 @@ parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_resu
 	d[2] = r->browser.minor;       sz[2] = sizeof(r->browser.minor);
 	d[3] = r->browser.patch;       sz[3] = sizeof(r->browser.patch);
 	d[4] = r->browser.patch_minor; sz[4] = sizeof(r->browser.patch_minor);
-	if (!search(p, L_UA, ua, len, cand, md, d, sz, NSLOT))
+	if (!search(p, L_UA, ua, len, cand, md, d, sz, NSLOT, &limited))
 		other(d, NSLOT);
 
 	d[0] = r->os.family;      sz[0] = sizeof(r->os.family);
@@ -548,26 +576,29 @@ parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_resu
 	d[2] = r->os.minor;       sz[2] = sizeof(r->os.minor);
 	d[3] = r->os.patch;       sz[3] = sizeof(r->os.patch);
 	d[4] = r->os.patch_minor; sz[4] = sizeof(r->os.patch_minor);
-	if (!search(p, L_OS, ua, len, cand, md, d, sz, NSLOT))
+	if (!search(p, L_OS, ua, len, cand, md, d, sz, NSLOT, &limited))
 		other(d, NSLOT);
 
 	d[0] = r->device.family; sz[0] = sizeof(r->device.family);
 	d[1] = r->device.brand;  sz[1] = sizeof(r->device.brand);
 	d[2] = r->device.model;  sz[2] = sizeof(r->device.model);
-	if (!search(p, L_DEV, ua, len, cand, md, d, sz, 3))
+	if (!search(p, L_DEV, ua, len, cand, md, d, sz, 3, &limited))
 		other(d, 3);
 
 	pcre2_match_data_free(md);
 	ua_type_classify(&p->typer, bits, lower, len, r);
-	return 0;
+	return limited;
 }
 
-int
-ua_parse_nocache(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
+/* ua_parse_nocache's parse; 0 when the result is the spec's answer (fit
+ * for the cache), 1 when not (a match limit, or "Other" for lack of
+ * memory). */
+static int
+parse_uncached(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
 {
-	if (p == NULL || out == NULL)
-		return -1;
-	if (parse_full(p, ua, len, out, 0) < 0) {
+	int rc = parse_full(p, ua, len, out, 0);
+
+	if (rc < 0) {
 		/* out of memory for match data: report "Other" rather than fail */
 		memset(out, 0, sizeof(*out));
 		strcpy(out->browser.family, "Other");
@@ -576,6 +607,15 @@ ua_parse_nocache(const struct ua_parser *p, const char *ua, size_t len, struct u
 		out->type = UA_TYPE_OTHER;
 		out->device_type = ua_device_type_name(UA_TYPE_OTHER);
 	}
+	return rc != 0;
+}
+
+int
+ua_parse_nocache(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
+{
+	if (p == NULL || out == NULL)
+		return -1;
+	parse_uncached(p, ua, len, out);
 	return 0;
 }
 
@@ -593,8 +633,10 @@ ua_parse(struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
 	h = ua_cache_hash(p->cache, ua ? ua : "", len);
 	if (ua_cache_get(p->cache, h, ua ? ua : "", len, out))
 		return 0;
-	ua_parse_nocache(p, ua, len, out);
-	ua_cache_put(p->cache, h, ua ? ua : "", len, out);
+	if (parse_uncached(p, ua, len, out))
+		atomic_fetch_add(&p->limited, 1); /* not cached: the next may fare better */
+	else
+		ua_cache_put(p->cache, h, ua ? ua : "", len, out);
 	return 0;
 }
 
@@ -609,6 +651,7 @@ ua_parser_stats(struct ua_parser *p, struct ua_stats *st)
 	for (int li = 0; li < L_COUNT; li++)
 		st->regexes += p->list[li].n;
 	st->prefiltered = p->nprefiltered;
+	st->limited = atomic_load(&p->limited);
 }
 
 /* ---- checks for tests and the fuzzer (declared in ua_int.h) ------------------ */
@@ -618,7 +661,7 @@ ua_parse_unfiltered(const struct ua_parser *p, const char *ua, size_t len, struc
 {
 	if (p == NULL || out == NULL)
 		return -1;
-	return parse_full(p, ua, len, out, 1);
+	return parse_full(p, ua, len, out, 1) < 0 ? -1 : 0;
 }
 
 int
@@ -628,7 +671,7 @@ ua_prefilter_check(const struct ua_parser *p, const char *ua, size_t len, char *
 	unsigned char lower[UA_MAX_INPUT];
 	uint64_t bits[UA_PF_WORDS], rxbits[UA_PF_MAX_REGEXES / 64];
 	pcre2_match_data *md;
-	int bad = 0;
+	int bad = 0, limited = 0;
 
 	if (msg_size)
 		msg[0] = '\0';
@@ -646,7 +689,7 @@ ua_prefilter_check(const struct ua_parser *p, const char *ua, size_t len, char *
 			/* the index must agree with the requirement itself */
 			if (cand != ua_pf_pass(p->pf, rx->req, bits))
 				why = "candidate bit disagrees with";
-			else if (!cand && run(rx, ua ? ua : "", len, md) >= 0)
+			else if (!cand && run(p, rx, ua ? ua : "", len, md, &limited) >= 0)
 				why = "matches but fails";
 			if (why != NULL && bad++ == 0 && msg_size) {
 				char req[512];

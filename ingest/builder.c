@@ -194,12 +194,22 @@ lane_stop(struct lane *ln)
 		batch_free(&ln->buf[i]);
 	if (ln->enr != NULL) {
 		unsigned long long hits, misses;
+		struct ua_stats us;
 
 		enrich_geo_cache_stats(ln->enr, &hits, &misses);
 		if (hits + misses > 0)
 			log_info("GeoIP record cache of lane %d: %llu hits, %llu misses (%.1f%%)",
 			    ln->k, hits, misses,
 			    100.0 * (double)hits / (double)(hits + misses));
+		enrich_ua_stats(ln->enr, &us);
+		if (us.hits + us.misses > 0)
+			log_info("user agent cache of lane %d: %llu hits, %llu misses (%.1f%%)",
+			    ln->k, (unsigned long long)us.hits, (unsigned long long)us.misses,
+			    100.0 * (double)us.hits / (double)(us.hits + us.misses));
+		if (us.limited > 0)
+			log_warnx("lane %d: %llu user agents hit PCRE2's match limit in some regex "
+			    "(parsed as if it did not match, not cached)", ln->k,
+			    (unsigned long long)us.limited);
 	}
 	enrich_free(ln->enr);
 	pthread_mutex_destroy(&ln->mtx);

@@ -460,6 +460,7 @@ test_types(struct ua_parser *p)
 
 		if (strcmp(ua, "(empty)") == 0)
 			ua[0] = '\0';
+		CHECK(unit_unescape(ua) >= 0, "%s:%d: bad escape", TYPES, ln);
 		ua_parse_nocache(p, ua, strlen(ua), &r);
 		CHECK(strcmp(r.device_type, type) == 0 && r.is_bot == atoi(bot),
 		    "%s:%d: expected %s/%d, got %s/%d (device \"%s\", os \"%s\", browser \"%s\") for %s",
@@ -810,6 +811,58 @@ test_load_errors(void)
 	unlink(path);
 }
 
+/* A regex that backtracks exponentially on a crafted string stops at the
+ * parser's match limit (1,000,000 steps) in milliseconds, counts as no match
+ * (the next regex decides), and the result is counted and never cached. */
+static void
+test_match_limit(void)
+{
+	char err[512], path[] = "/tmp/test_ua_XXXXXX", ua[64];
+	int fd = mkstemp(path);
+	struct ua_parser *p;
+	struct ua_result r;
+	struct ua_stats st;
+	struct timespec t0, t1;
+	double ms;
+
+	CHECK(fd >= 0, "mkstemp");
+	if (fd < 0)
+		return;
+	close(fd);
+	write_file(path,
+	    "user_agent_parsers:\n"
+	    "  - regex: '^(?:(?:a|a)+z|(a+)y)'\n"
+	    "  - regex: '(a)'\n"
+	    "    family_replacement: 'Fallback'\n");
+	p = ua_parser_new(path, 100, err, sizeof(err));
+	CHECK(p != NULL, "limit file: %s", err);
+	if (p == NULL) {
+		unlink(path);
+		return;
+	}
+	memset(ua, 'a', 40);
+	strcpy(ua + 40, "x");
+	for (int i = 0; i < 2; i++) {
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		ua_parse(p, ua, strlen(ua), &r);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+		CHECK_STR(r.browser.family, "Fallback", "the limited regex counts as no match");
+		CHECK(ms < 2000, "parse %d took %.0f ms", i, ms);
+	}
+	ua_parser_stats(p, &st);
+	CHECK(st.limited == 2 && st.entries == 0, "limited %llu (want 2: not cached), entries %zu",
+	    (unsigned long long)st.limited, st.entries);
+	strcpy(ua, "aaay"); /* no backtracking: the spec's answer, cached */
+	ua_parse(p, ua, strlen(ua), &r);
+	CHECK_STR(r.browser.family, "aaa", "a plain match");
+	ua_parser_stats(p, &st);
+	CHECK(st.limited == 2 && st.entries == 1, "limited %llu, entries %zu",
+	    (unsigned long long)st.limited, st.entries);
+	ua_parser_free(p);
+	unlink(path);
+}
+
 int
 main(void)
 {
@@ -875,6 +928,7 @@ main(void)
 	test_edges(p);
 	test_cache(regexes, &suites[0]);
 	test_load_errors();
+	test_match_limit();
 
 	for (int w = 0; w < 3; w++)
 		free_suite(&suites[w]);
