@@ -280,6 +280,15 @@ refresh(struct lcache *c, struct shard *s, struct lcache_entry *old)
 		return old;
 	}
 	fill(c, s, ne, &rec, aux, rc, now);
+	/* Redirects served from old that the reloaded count does not hold yet
+	 * (ingest's lag) stay counted: new = old local - what the count rose
+	 * by, at least 0. Starting again from 0 let a link pass max_visits by
+	 * its rate times the lag at every refresh. */
+	if (rc > 0 && old->rec.id == ne->rec.id) {
+		long long pending = atomic_load(&old->hits_local) - (ne->rec.hits - old->rec.hits);
+
+		atomic_store(&ne->hits_local, pending > 0 ? pending : 0);
+	}
 	atomic_store(&ne->refs, 2); /* table + caller */
 	if (old->in_table) { /* not evicted nor invalidated meanwhile */
 		unlink_entry(s, old);

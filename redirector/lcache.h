@@ -24,7 +24,8 @@ struct lcache_rec {
  * never change it, except hits_local. */
 struct lcache_entry {
 	struct lcache_rec rec;   /* rec.id == 0: negative entry (no such code) */
-	_Atomic long long hits_local; /* redirects served from this entry */
+	_Atomic long long hits_local; /* redirects served that rec.hits does not
+	                               * hold yet (carried over by a refresh) */
 	void *aux;               /* from conf.make_aux (e.g. a prepared response) */
 
 	/* private */

@@ -24,7 +24,8 @@ enum {
 enum {
 	ST_NEW,      /* not yet handled */
 	ST_DONE,     /* finished (rc, out, err set) */
-	ST_DONE_PG,  /* finished by PostgreSQL dedupe: its popped code goes back */
+	ST_DONE_PG,  /* finished without its popped code (PostgreSQL dedupe, or the
+	              * statement failed and rolled back): the code goes back */
 	ST_DUP,      /* same link as an earlier item (dup_of) */
 	ST_CODE,     /* holds a popped code for the statement */
 	ST_FALLBACK  /* to the single path (pool short, Redis down, code taken) */
@@ -559,8 +560,10 @@ sql_round(struct links *L, struct linkbatch_item **it, size_t n)
 	goto out;
 fail_all:
 	for (size_t i = 0; i < n; i++)
-		if (it[i]->state == ST_CODE)
+		if (it[i]->state == ST_CODE) {
 			item_fail(it[i], &err);
+			it[i]->state = ST_DONE_PG; /* was lost to the pool */
+		}
 out:
 	for (int a = 0; a < A_N; a++)
 		free(arr[a].p);

@@ -477,7 +477,9 @@ links_invalidate(struct links *L, const char *code, const char *md5)
 int
 links_fields_dedupe(const struct fields *f)
 {
-	return f->dedupe && !f->has_expires && !f->has_valid && !(f->has_max && f->max_visits[0]) &&
+	/* null (none) asks for nothing the existing link lacks */
+	return f->dedupe && !(f->has_expires && f->expires_at != NULL) &&
+	    !(f->has_valid && f->valid_since != NULL) && !(f->has_max && f->max_visits[0]) &&
 	    !(f->has_tags && strcmp(f->tags, "{}") != 0);
 }
 

@@ -1,6 +1,7 @@
 /* test_lcache.c - redirector/lcache.c: an invalidation during a load or a
  * refresh is not undone by that load's result, waiters of a failed load give
- * up at once, and a shard's entries spread over its buckets. */
+ * up at once, a refresh keeps the visits the count does not hold yet, and a
+ * shard's entries spread over its buckets. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ struct db {
 	int blocked;      /* a load is blocked */
 	int fail;         /* loads fail */
 	int loads;
+	long long hits;   /* the row's counted visits (link_total) */
 };
 
 static int
@@ -46,6 +48,7 @@ load(void *ctx, const char *code, struct lcache_rec *rec, char *errstr, size_t e
 	}
 	snprintf(url, sizeof(url), "https://example.com/%s/v%d", code, v);
 	rec->id = 1;
+	rec->hits = d->hits;
 	rec->redirect_type = 302;
 	rec->long_url = strdup(url);
 	return 1;
@@ -230,6 +233,35 @@ test_failed_load_wakes_waiters(void)
 	lcache_free(c);
 }
 
+/* Redirects served from an entry that the reloaded count does not hold yet
+ * stay counted after a refresh (max_visits compares hits + hits_local). */
+static void
+test_refresh_keeps_uncounted_hits(void)
+{
+	struct db d;
+	struct lcache *c;
+	struct lcache_entry *e;
+	char err[64];
+	struct timespec ts = { 0, 300 * 1000000L };
+	long long want[] = { 30, 0 }, db_hits[] = { 20, 500 };
+
+	init_db(&d);
+	c = new_cache(&d, 200);
+	e = lcache_get(c, "cnt", err, sizeof(err));
+	atomic_fetch_add(&e->hits_local, 50); /* served 50, none counted yet */
+	lcache_release(c, e);
+	for (int i = 0; i < 2; i++) {
+		d.hits = db_hits[i]; /* ingest counted some (then more than we served) */
+		nanosleep(&ts, NULL);
+		e = lcache_get(c, "cnt", err, sizeof(err)); /* the refresh */
+		CHECK(e != NULL && e->rec.hits == db_hits[i] && atomic_load(&e->hits_local) == want[i],
+		    "after refresh %d: hits %lld, local %lld, want %lld", i, e ? e->rec.hits : -1,
+		    e ? (long long)atomic_load(&e->hits_local) : -1, want[i]);
+		lcache_release(c, e);
+	}
+	lcache_free(c);
+}
+
 /* 100,000 codes in a cache sized for them: chains stay short (every entry
  * of a shard shares the hash bits that chose the shard). */
 static void
@@ -257,6 +289,7 @@ main(void)
 	test_invalidate_during_load();
 	test_invalidate_during_refresh();
 	test_failed_load_wakes_waiters();
+	test_refresh_keeps_uncounted_hits();
 	test_chains_are_short();
 	printf("test_lcache: %d passed, %d failed\n", unit_passed, unit_failed);
 	return unit_failed ? 1 : 0;
