@@ -270,7 +270,11 @@ class Redis(Process):
 
     def up(self):
         self.start()
-        wait_port(self.port, proc=self.proc, what="redis-server")
+        try:
+            wait_port(self.port, proc=self.proc, what="redis-server")
+        except RuntimeError:
+            self.kill()  # its own session: nothing else would reap it
+            raise
         return self
 
     def cli(self, *args):
@@ -305,6 +309,7 @@ class Broker(Process):
                     self.bootstrap = f.read().strip()
                 return self
             time.sleep(0.05)
+        self.kill()  # its own session: nothing else would reap it
         raise RuntimeError("devbroker wrote no bootstrap file")
 
     def brokers_down(self):

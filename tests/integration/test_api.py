@@ -99,6 +99,10 @@ def test_dedupe_returns_existing(api):
         e.json()["code"]
     f = api.create(url="https://example.com/same", tags=[])
     assert f.status_code == 200 and f.json()["code"] == a.json()["code"]
+    # nor do null expiry, start or limit (none: what the existing link has)
+    g = api.create(url="https://example.com/same", expires_at=None, valid_since=None,
+                   max_visits=None)
+    assert g.status_code == 200 and g.json()["code"] == a.json()["code"], g.text
     assert api.pg.psql("SELECT count(*) FROM url_link") == "4"
 
 
@@ -193,6 +197,17 @@ def test_revoked_key_rejected(api):
     r = subprocess.run([os.path.join(lpstack.BIN, "redirector"), "-o", f"pg_dsn={api.pg.dsn}",
                         "apikey", "check", api.key], capture_output=True, text=True)
     assert r.returncode == 1
+    # The running redirector, which checked the key a moment ago, refuses it
+    # within its 5 s cache (README), and stores nothing for it.
+    t0 = time.time()
+    while api.create(url="https://example.com/revoked").status_code != 401:
+        assert time.time() - t0 < 6.5, "the revoked key still works after 6.5 s"
+        time.sleep(0.25)
+    assert api.pg.psql("SELECT count(*) FROM url_link WHERE long_url = "
+                       "'https://example.com/revoked'") in ("0", "1")
+    n = api.pg.psql("SELECT count(*) FROM url_link")
+    assert api.create(url="https://example.com/revoked2").status_code == 401
+    assert api.pg.psql("SELECT count(*) FROM url_link") == n
 
 
 def test_patch_and_delete(api):
@@ -277,6 +292,51 @@ def test_long_fraction_fails_only_its_own_create(api):
     assert r.status_code == 201, r.text
     r = api.create(url="https://c.example/", valid_since=bad)
     assert r.status_code == 400 and r.json()["error"]["field"] == "valid_since", r.text
+
+
+def test_failed_batch_returns_its_pool_codes(procs, own_pg, redis):
+    """Creates failing with PostgreSQL down give their popped codes back to
+    the Redis pool (they were lost: taken from the set, never used)."""
+    api = start_redirector(procs, own_pg, redis)
+    assert api.create(url="https://example.com/warm").status_code == 201
+    key = "lp:pool:6"
+    deadline = time.time() + 10
+    while int(redis.cli("SCARD", key) or 0) < 900:
+        assert time.time() < deadline, "the pool never filled"
+        time.sleep(0.2)
+    # the key check is cached for 5 s: this create renews it
+    assert api.create(url="https://example.com/warm2").status_code == 201
+    before = int(redis.cli("SCARD", key))
+    own_pg.stop(mode="fast")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            st = list(ex.map(lambda i: api.create(url=f"https://example.com/pgdown{i}")
+                             .status_code, range(16)))
+        assert st == [503] * 16, st
+        assert int(redis.cli("SCARD", key)) == before
+    finally:
+        own_pg.start()
+
+
+def test_edit_reaches_other_running_redirectors(procs, pg, api):
+    """An edit through one redirector is seen at once there and within
+    cache_ttl_ms on another that had the link cached (README, Lookup)."""
+    other = start_redirector(procs, pg, api.redis, {"cache_ttl_ms": 1000})
+    code = api.create(url="https://example.com/o1").json()["code"]
+    for r in (api.req("GET", "/" + code), other.req("GET", "/" + code)):
+        assert r.headers["Location"] == "https://example.com/o1"
+    t0 = time.time()
+    assert api.req("PATCH", f"/api/v1/links/{code}",
+                   {"url": "https://example.com/o2"}).status_code == 200
+    assert api.req("GET", "/" + code).headers["Location"] == "https://example.com/o2"
+    while other.req("GET", "/" + code).headers["Location"] != "https://example.com/o2":
+        assert time.time() - t0 < 2.5, "the other redirector served the old URL past its TTL"
+        time.sleep(0.05)
+    assert api.req("DELETE", f"/api/v1/links/{code}").status_code == 200
+    t0 = time.time()
+    while other.req("GET", "/" + code).status_code != 410:
+        assert time.time() - t0 < 2.5, "the other redirector served a deleted link past its TTL"
+        time.sleep(0.05)
 
 
 def test_edit_with_redis_stopped_is_refused(api):
@@ -420,10 +480,13 @@ def test_refill_with_codes_taken_elsewhere(procs, pg, redis):
     """Codes another redirector generated (unknown to this one's Bloom filter)
     make the refill's plain INSERT fail; the batch goes again with ON CONFLICT
     and pools only free codes."""
+    with open(pg.logfile) as f:
+        log_at = len(f.read())  # the session cluster's log: this test's lines only
     api = start_redirector(procs, pg, redis, {"code_length": 2, "pool_low_water": 200,
                                               "pool_batch": 300, "pool_pg_reserve": 0})
     deadline = time.time() + 20
-    while int(api.redis.cli("SCARD", "lp:pool:2") or 0) < 200 and time.time() < deadline:
+    while int(api.redis.cli("SCARD", "lp:pool:2") or 0) < 200:
+        assert time.time() < deadline, "the pool never filled"
         time.sleep(0.1)
     abc = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
     api.pg.psql("INSERT INTO unique_code (code, status, type) SELECT a || b, 1, 0 "
@@ -437,14 +500,15 @@ def test_refill_with_codes_taken_elsewhere(procs, pg, redis):
     # twice from a 3,844-code space: the second item must not report the first's)
     assert len(codes) == 400 and not codes & foreign
     deadline = time.time() + 20
-    while int(api.redis.cli("SCARD", "lp:pool:2") or 0) == 0 and time.time() < deadline:
+    while int(api.redis.cli("SCARD", "lp:pool:2") or 0) == 0:
+        assert time.time() < deadline, "the pool was never refilled"
         time.sleep(0.1)
     pooled = set(api.redis.cli("SMEMBERS", "lp:pool:2").split())
     assert pooled and not pooled & foreign and not pooled & codes
     assert api.pg.psql("SELECT count(*) FROM unique_code WHERE status = 2 AND code = ANY('{%s}')"
                        % ",".join(pooled)) == str(len(pooled))
     with open(pg.logfile) as f:
-        assert 'violates unique constraint "unique_code_code_key"' in f.read()
+        assert 'violates unique constraint "unique_code_code_key"' in f.read()[log_at:]
     assert api.pg.psql("SELECT count(*) = count(DISTINCT code) FROM url_link") == "t"
 
 
@@ -488,8 +552,10 @@ def test_singles_do_not_hold_http_threads(procs, pg, redis):
     lock = subprocess.Popen(["psql", "-X", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres",
                              "-d", pg.dbname, "-c", "BEGIN; LOCK TABLE url_link IN EXCLUSIVE MODE; "
                              "SELECT pg_sleep(2); COMMIT;"], stdout=subprocess.DEVNULL)
+    deadline = time.time() + 20
     while pg.psql("SELECT count(*) FROM pg_locks WHERE relation = 'url_link'::regclass "
                   "AND mode = 'ExclusiveLock' AND granted") != "1":
+        assert lock.poll() is None and time.time() < deadline, "the lock was never taken"
         time.sleep(0.02)
 
     def single(i):
@@ -524,7 +590,10 @@ def test_singles_do_not_hold_http_threads(procs, pg, redis):
 
     with concurrent.futures.ThreadPoolExecutor(16) as ex:
         futs = [ex.submit(stream, i) for i in range(16)]
+        deadline = time.time() + 120
         while int(pg.psql("SELECT count(*) FROM url_link")) < 400:
+            assert time.time() < deadline and api.proc.alive(), "the create stream stalled"
+            assert not any(f.done() for f in futs), [f.exception() for f in futs if f.done()]
             time.sleep(0.05)
         stop.set()
         api.proc.send_signal(signal.SIGTERM)

@@ -134,13 +134,19 @@ def produce(bootstrap, topic, values, partition=None, prod=None, key_field="code
     return done
 
 
-def start_ingest(procs, pg, broker, **extra):
+def start_ingest(procs, pg, broker, logdir=None, **extra):
+    """An ingest process; logdir gives it a log of its own (for a second
+    ingest running beside the first)."""
     settings = {"pg_dsn": pg.dsn, "kafka_bootstrap": broker.bootstrap,
                 "kafka_topic": broker.topic, "geoip_city_db": GEOIP,
                 "metrics_port": lpstack.free_port(), "batch_max_ms": 200,
                 "kafka_session_timeout_ms": 6000, "log_level": "info"}
     settings.update({k: v for k, v in extra.items()})
-    return procs.start("ingest", settings)
+    if logdir is None:
+        return procs.start("ingest", settings)
+    p = lpstack.program("ingest", logdir, settings).start()
+    procs.procs.append(p)  # stopped and checked with the others
+    return p
 
 
 def counts(pg):

@@ -1,7 +1,10 @@
 """ingest fault tests, each counting events in and rows out: SIGKILL mid-batch
-and restart, PostgreSQL stopped for 20 s during a stream, offsets the broker
-no longer has (retention) landing in ingest_lost, and a statement error on a
-working connection retried with backoff."""
+and restart, two consumers in one group through a join and a leave,
+PostgreSQL stopped for 20 s during a stream, offsets the broker no longer
+has (retention) landing in ingest_lost, and a statement error on a working
+connection retried with backoff."""
+import os
+import re
 import signal
 import threading
 import time
@@ -78,6 +81,42 @@ def test_sigkill_mid_batch_and_restart(procs, pg, broker):
     assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(total)
     assert counts(pg) == (len(events), 0)
     assert pg.psql("SELECT count(DISTINCT id) FROM visit_record") == str(len(events))
+    assert_rollups(pg)
+
+
+def test_two_consumers_in_one_group_join_and_leave(procs, pg, broker):
+    """ingest is one member of a consumer group (README): a second process
+    joins while events stream (the partitions are shared out again), then
+    the first stops and the second takes them all. Every event is stored
+    exactly once, the stored offsets add up to the events, the rollups
+    match visit_record."""
+    gen = EventGen(seed=31)
+    events = [gen.event() for _ in range(6000)]
+    a = start_ingest(procs, pg, broker, batch_max_events=300, batch_max_ms=500)
+    s = Stream(broker.bootstrap, broker.topic, events, rate=1000)
+    s.start()
+    wait_rows_at_least(pg, 1000)
+    b = start_ingest(procs, pg, broker, logdir=os.path.join(procs.workdir, "second"),
+                     batch_max_events=300, batch_max_ms=500)
+    deadline = time.time() + 60
+    while not re.search(r"assigned [1-9]\d* partitions", b.output()):
+        assert time.time() < deadline and b.alive(), b.output()[-3000:]
+        time.sleep(0.2)
+    first = int(re.search(r"assigned (\d+) partitions", b.output()).group(1))
+    wait_rows_at_least(pg, 3000)
+    a.send_signal(signal.SIGTERM)
+    assert a.proc.wait(60) == 0, a.output()[-3000:]
+    s.join(120)
+    assert s.error is None and s.sent == len(events)
+    wait_counts(pg, len(events), 0, timeout=120, proc=b)
+    deadline = time.time() + 30
+    while pg.psql("SELECT sum(next_offset) FROM ingest_offset") != str(len(events)):
+        assert time.time() < deadline, pg.psql("SELECT sum(next_offset) FROM ingest_offset")
+        time.sleep(0.3)
+    assert pg.psql("SELECT count(DISTINCT id) FROM visit_record") == str(len(events))
+    # the second held a share, then everything once the first had left
+    parts = [int(n) for n in re.findall(r"assigned (\d+) partitions", b.output())]
+    assert first < max(parts), parts
     assert_rollups(pg)
 
 

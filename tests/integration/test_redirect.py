@@ -373,6 +373,43 @@ def test_single_flight_cold_code(procs, pg, redis, broker, workdir):
     assert len(read_events(red.broker, n)) == n
 
 
+def test_postgres_down_serves_cached_and_refuses_cold(procs, own_pg, broker, workdir):
+    """PostgreSQL down (README, Lookup): a cached link keeps redirecting after
+    its entry expires (the failed reload keeps the old entry); a code nothing
+    has cached answers 503 and publishes no event."""
+    red = start(procs, own_pg, None, broker, workdir, {"cache_ttl_ms": 300})
+    warm = red.create(url="https://example.com/pgwarm")["code"]
+    cold = red.create(url="https://example.com/pgcold")["code"]
+    assert red.get("/" + warm).status_code == 302
+    own_pg.stop(mode="fast")
+    try:
+        time.sleep(0.6)  # the warm entry has expired
+        for _ in range(3):
+            r = red.get("/" + warm)
+            assert (r.status_code, r.headers["Location"]) == (302, "https://example.com/pgwarm")
+        r = red.get("/" + cold)
+        assert r.status_code == 503 and r.json()["error"], r.text
+        evs = read_events(red.broker, 5, timeout=5, pred=lambda e: e["code"] in (warm, cold))
+        assert sorted(e["code"] for _, e in evs) == [warm] * 4, evs
+    finally:
+        own_pg.start()
+
+
+def test_long_path_and_big_headers(red):
+    """A path longer than any code (over 64 characters) is 404 with no event;
+    a request line and headers over max_header_bytes (8 KiB) get 431; just
+    under it is served."""
+    code = red.create(url="https://example.com/hdr")["code"]
+    long_path = "/" + "a" * 65
+    assert red.get(long_path).status_code == 404
+    r = red.get("/" + code, headers={"X-Pad": "p" * 9000})
+    assert r.status_code == 431, r.status_code
+    r = red.get("/" + code, headers={"X-Pad": "p" * 6000})
+    assert r.status_code == 302, r.status_code
+    evs = read_events(red.broker, 3, timeout=5)
+    assert [e["code"] for _, e in evs] == [code], evs  # only the served request
+
+
 def test_redis_down_still_redirects(red):
     warm = red.create(url="https://example.com/warm")["code"]
     cold = red.create(url="https://example.com/cold")["code"]
