@@ -60,7 +60,7 @@ struct ua_parser {
 	struct ua_cache *cache; /* owned, NULL when disabled */
 	size_t nprefiltered;
 	pcre2_match_context *mctx; /* owned: the match limits */
-	_Atomic uint64_t limited;  /* parses where a regex hit a limit */
+	_Atomic uint64_t *limited; /* owned: parses where a regex hit a limit */
 };
 
 /* Bounds of one regex's match on one string: far above what the shipped
@@ -70,6 +70,8 @@ struct ua_parser {
 #define UA_MATCH_LIMIT 1000000
 #define UA_DEPTH_LIMIT 100000
 #define UA_HEAP_LIMIT_KB 65536
+#define LIM_HIT 1   /* a regex hit a limit */
+#define LIM_NOMEM 2 /* out of memory: the result is not the spec's */
 
 /* ---- loading --------------------------------------------------------------- */
 
@@ -290,10 +292,13 @@ ua_parser_new(const char *regexes_path, size_t cache_entries, char *errstr, size
 	if (regexes_path == NULL)
 		regexes_path = UA_DEFAULT_REGEXES;
 	if ((p = calloc(1, sizeof(*p))) == NULL || (p->pf = ua_pf_new()) == NULL ||
-	    (p->mctx = pcre2_match_context_create(NULL)) == NULL) {
+	    (p->mctx = pcre2_match_context_create(NULL)) == NULL ||
+	    (p->limited = calloc(1, sizeof(*p->limited))) == NULL) {
 		snprintf(errstr, errstr_size, "ua: %s", strerror(ENOMEM));
-		if (p != NULL)
+		if (p != NULL) {
 			ua_pf_free(p->pf);
+			pcre2_match_context_free(p->mctx);
+		}
 		free(p);
 		return NULL;
 	}
@@ -332,6 +337,7 @@ ua_parser_free(struct ua_parser *p)
 	ua_pf_free(p->pf);
 	ua_cache_free(p->cache);
 	pcre2_match_context_free(p->mctx);
+	free((void *)(uintptr_t)p->limited);
 	free(p);
 }
 
@@ -436,9 +442,10 @@ fill(char *dst, size_t size, const char *repl, int defgroup, const char *s,
 	errstr_utf8_clean(dst);
 }
 
-/* Matches rx; a match, depth or heap limit (or no memory) counts as no
- * match and sets *limited, so the result is not cached as if it were the
- * spec's answer. */
+/* Matches rx; a match, depth or heap limit counts as no match and sets
+ * LIM_HIT in *limited (the same string hits it again: the result is as
+ * good as any to cache), no memory LIM_NOMEM (the next try may fare better:
+ * not cached). */
 static int
 run(const struct ua_parser *p, const struct ua_rx *rx, const char *s, size_t n,
     pcre2_match_data *md, int *limited)
@@ -450,8 +457,10 @@ run(const struct ua_parser *p, const struct ua_rx *rx, const char *s, size_t n,
 	if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
 		rc = pcre2_match(rx->code, (PCRE2_SPTR)s, n, 0, PCRE2_NO_JIT, md, p->mctx);
 	if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
-	    rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_NOMEMORY)
-		*limited = 1;
+	    rc == PCRE2_ERROR_HEAPLIMIT)
+		*limited |= LIM_HIT;
+	else if (rc == PCRE2_ERROR_NOMEMORY)
+		*limited |= LIM_NOMEM;
 	return rc;
 }
 
@@ -541,8 +550,7 @@ lowercase(const char *ua, size_t len, unsigned char *lower)
 }
 
 /* The whole parse; no_prefilter runs every regex (for checks). Returns 0,
- * 1 when a regex hit a match limit (the result may not be the spec's), -1
- * out of memory. */
+ * LIM_* bits, or -1 out of memory. */
 static int
 parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *r,
            int no_prefilter)
@@ -590,14 +598,15 @@ parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_resu
 	return limited;
 }
 
-/* ua_parse_nocache's parse; 0 when the result is the spec's answer (fit
- * for the cache), 1 when not (a match limit, or "Other" for lack of
- * memory). */
+/* ua_parse_nocache's parse, counting limit hits; 1 when the result may not
+ * be cached (memory ran out), else 0. */
 static int
 parse_uncached(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
 {
 	int rc = parse_full(p, ua, len, out, 0);
 
+	if (rc > 0 && (rc & LIM_HIT))
+		atomic_fetch_add(p->limited, 1);
 	if (rc < 0) {
 		/* out of memory for match data: report "Other" rather than fail */
 		memset(out, 0, sizeof(*out));
@@ -607,7 +616,7 @@ parse_uncached(const struct ua_parser *p, const char *ua, size_t len, struct ua_
 		out->type = UA_TYPE_OTHER;
 		out->device_type = ua_device_type_name(UA_TYPE_OTHER);
 	}
-	return rc != 0;
+	return rc < 0 || (rc & LIM_NOMEM);
 }
 
 int
@@ -633,9 +642,7 @@ ua_parse(struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
 	h = ua_cache_hash(p->cache, ua ? ua : "", len);
 	if (ua_cache_get(p->cache, h, ua ? ua : "", len, out))
 		return 0;
-	if (parse_uncached(p, ua, len, out))
-		atomic_fetch_add(&p->limited, 1); /* not cached: the next may fare better */
-	else
+	if (!parse_uncached(p, ua, len, out)) /* out of memory: the next may fare better */
 		ua_cache_put(p->cache, h, ua ? ua : "", len, out);
 	return 0;
 }
@@ -651,7 +658,7 @@ ua_parser_stats(struct ua_parser *p, struct ua_stats *st)
 	for (int li = 0; li < L_COUNT; li++)
 		st->regexes += p->list[li].n;
 	st->prefiltered = p->nprefiltered;
-	st->limited = atomic_load(&p->limited);
+	st->limited = atomic_load(p->limited);
 }
 
 /* ---- checks for tests and the fuzzer (declared in ua_int.h) ------------------ */

@@ -140,9 +140,9 @@ struct ua_stats {
 	size_t capacity;     /* bound given to ua_parser_new */
 	size_t regexes;      /* regexes loaded, all three lists */
 	size_t prefiltered;  /* regexes that have a literal pre-filter */
-	uint64_t limited;    /* ua_parse results not cached: a regex hit PCRE2's
-	                      * match limit (1,000,000 steps; counted as no
-	                      * match) or memory ran out */
+	uint64_t limited;    /* parses (cached or not) where a regex hit PCRE2's
+	                      * match limit (1,000,000 steps): counted as no
+	                      * match, as the next regex decides */
 };
 
 struct ua_parser;

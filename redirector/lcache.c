@@ -21,6 +21,7 @@ struct shard {
 	struct lcache_entry *head, *tail; /* LRU: head most recent */
 	long long entries;
 	size_t bytes;
+	uint64_t gen;                  /* invalidations in this shard so far */
 	uint64_t hits, misses, loads, load_errors, stale, evictions, waits;
 } __attribute__((aligned(64)));
 
@@ -252,9 +253,10 @@ fill(struct lcache *c, struct shard *s, struct lcache_entry *e, struct lcache_re
 }
 
 /* Reloads an expired entry old (referenced by the caller, marked
- * refreshing); returns the entry to use (referenced). */
+ * refreshing when the shard's generation was gen0); returns the entry to
+ * use (referenced). */
 static struct lcache_entry *
-refresh(struct lcache *c, struct shard *s, struct lcache_entry *old)
+refresh(struct lcache *c, struct shard *s, struct lcache_entry *old, uint64_t gen0)
 {
 	struct lcache_rec rec;
 	struct lcache_entry *ne;
@@ -294,7 +296,10 @@ refresh(struct lcache *c, struct shard *s, struct lcache_entry *old)
 		unlink_entry(s, old);
 		put(c, old);
 	}
-	if (!old->invalidated && find(s, ne->code, ne->hash) == NULL) {
+	/* Not cached when any code of the shard was invalidated meanwhile: the
+	 * load may have read the row before that edit, and old may have been
+	 * evicted before it, so no mark on old would tell. */
+	if (s->gen == gen0 && find(s, ne->code, ne->hash) == NULL) {
 		insert(c, s, ne);
 	} else {
 		atomic_store(&ne->refs, 1); /* invalidated, or another load inserted */
@@ -312,6 +317,7 @@ lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 	struct lcache_entry *e;
 	struct lcache_rec rec;
 	int64_t now = now_ms();
+	uint64_t gen0;
 	void *aux;
 	int rc;
 
@@ -329,8 +335,9 @@ lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 		}
 		e->refreshing = 1;
 		s->misses++;
+		gen0 = s->gen;
 		pthread_mutex_unlock(&s->mtx);
-		return refresh(c, s, e);
+		return refresh(c, s, e, gen0);
 	}
 	if (e != NULL) {
 		/* Someone is loading this code: wait for that one query. */
@@ -394,10 +401,9 @@ lcache_invalidate(struct lcache *c, const char *code)
 	struct lcache_entry *e;
 
 	pthread_mutex_lock(&s->mtx);
+	s->gen++; /* refreshes under way in the shard will not cache */
 	if ((e = find(s, code, h)) != NULL) {
-		/* A load or refresh under way started before the edit: its
-		 * result must not be cached (the loader and refresh check). */
-		e->invalidated = 1;
+		/* a cold load under way keeps its waiters, leaves the table */
 		unlink_entry(s, e);
 		put(c, e);
 	}

@@ -36,7 +36,6 @@ struct lcache_entry {
 	int refreshing;          /* expired, one thread reloading it */
 	int in_table;
 	int failed;              /* its load failed (waiters give up) */
-	int invalidated;         /* dropped while loading or refreshing */
 	atomic_int refs;
 	size_t bytes;
 	int64_t expires_ms;      /* monotonic */

@@ -642,10 +642,12 @@ main(int argc, char **argv)
 		app_free(&app);
 		return 1;
 	}
-	if (cmd_at < argc)
+	if (cmd_at < argc) {
+		pthread_sigmask(SIG_UNBLOCK, &hup, NULL); /* a hangup ends a command */
 		rc = apikey_cmd(&app, argc - cmd_at - 1, argv + cmd_at + 1);
-	else
+	} else {
 		rc = serve(&app);
+	}
 	app_free(&app);
 	curl_global_cleanup();
 	return rc;

@@ -322,7 +322,7 @@ refill_main(void *arg)
 		/* Kicks come from creates finding the set low or empty. After a
 		 * failed refill or with Redis down every create kicks, and heeding
 		 * them ran the refill's queries back to back: then wait the second. */
-		heed = added >= 0 && kv_up(p->kv);
+		heed = added >= 0 && (kv_up(p->kv) || !kv_enabled(p->kv));
 		pthread_mutex_lock(&p->mtx);
 		if (p->stop || (p->kicked && heed))
 			continue;

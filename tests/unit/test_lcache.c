@@ -142,15 +142,21 @@ init_db(struct db *d)
  * lcache_invalidate) meanwhile, lets the load finish; then checks that get
  * had the load's version 1 and a get after it version 2, after loads. */
 static void
-edit_during_load(struct db *d, struct lcache *c, int loads, const char *what)
+edit_during_load(struct db *d, struct lcache *c, int loads, const char *what, int flood)
 {
 	struct getter g = { .c = c, .code = "abc" };
 	pthread_t t;
-	char url[128];
+	char url[128], code[16];
 
 	d->block = 1;
 	pthread_create(&t, NULL, get_main, &g);
 	wait_blocked(d);
+	/* flood other codes through a tiny cache: the entry being refreshed is
+	 * evicted, so the invalidation finds nothing of "abc" to mark */
+	for (int i = 0; i < flood; i++) {
+		snprintf(code, sizeof(code), "k%d", i);
+		get_now(c, code, url, sizeof(url));
+	}
 	pthread_mutex_lock(&d->mtx);
 	d->version = 2;
 	pthread_mutex_unlock(&d->mtx);
@@ -160,7 +166,7 @@ edit_during_load(struct db *d, struct lcache *c, int loads, const char *what)
 	CHECK_STR(g.url, "https://example.com/abc/v1", what);
 	get_now(c, "abc", url, sizeof(url));
 	CHECK_STR(url, "https://example.com/abc/v2", "a request after the invalidation");
-	CHECK(d->loads == loads, "%s: loads %d, want %d", what, d->loads, loads);
+	CHECK(d->loads == loads + flood, "%s: loads %d, want %d", what, d->loads, loads + flood);
 }
 
 /* An edit lands (version 2, invalidate) while a cold load that read
@@ -173,7 +179,7 @@ test_invalidate_during_load(void)
 
 	init_db(&d);
 	c = new_cache(&d, 60000);
-	edit_during_load(&d, c, 2, "the load begun before the edit");
+	edit_during_load(&d, c, 2, "the load begun before the edit", 0);
 	lcache_free(c);
 }
 
@@ -191,7 +197,29 @@ test_invalidate_during_refresh(void)
 	get_now(c, "abc", url, sizeof(url));
 	CHECK_STR(url, "https://example.com/abc/v1", "first load");
 	nanosleep(&ts, NULL); /* expired */
-	edit_during_load(&d, c, 3, "the refresh begun before the edit");
+	edit_during_load(&d, c, 3, "the refresh begun before the edit", 0);
+	lcache_free(c);
+}
+
+/* The same when the refreshing entry is evicted before the edit lands. */
+static void
+test_invalidate_after_eviction_during_refresh(void)
+{
+	struct db d;
+	struct lcache *c;
+	struct lcache_conf conf = { .max_entries = 64, .max_bytes = 1LL << 30, .ttl_ms = 200,
+		.negative_ttl_ms = 200, .load = load, .ctx = &d };
+	char url[128], err[128];
+	struct timespec ts = { 0, 300 * 1000000L };
+
+	init_db(&d);
+	c = lcache_new(&conf, err, sizeof(err)); /* one entry per shard */
+	CHECK(c != NULL, "lcache_new: %s", err);
+	if (c == NULL)
+		return;
+	get_now(c, "abc", url, sizeof(url));
+	nanosleep(&ts, NULL); /* expired */
+	edit_during_load(&d, c, 3, "the refresh of an entry evicted before the edit", 2000);
 	lcache_free(c);
 }
 
@@ -215,10 +243,14 @@ test_failed_load_wakes_waiters(void)
 	pthread_create(&t1, NULL, get_main, &g1);
 	wait_blocked(&d);
 	pthread_create(&t2, NULL, get_main, &g2);
-	for (;;) { /* until the second request waits for the first's load */
+	for (double t0 = now_ms();;) { /* until the second request waits for the first's load */
 		lcache_stats(c, &st);
 		if (st.waits == 1)
 			break;
+		if (now_ms() - t0 > 10000) {
+			CHECK(0, "the second request never waited for the first's load");
+			break;
+		}
 		sched_yield();
 	}
 	release(&d);
@@ -288,6 +320,7 @@ main(void)
 {
 	test_invalidate_during_load();
 	test_invalidate_during_refresh();
+	test_invalidate_after_eviction_during_refresh();
 	test_failed_load_wakes_waiters();
 	test_refresh_keeps_uncounted_hits();
 	test_chains_are_short();
