@@ -197,8 +197,13 @@ class Postgres:
     def up(self):
         self.init()
         self.start()
-        self.create_db()
-        self.migrate()
+        try:
+            self.create_db()
+            self.migrate()
+        except BaseException:
+            # pg_ctl daemonized it: nothing else would stop it
+            self.stop(mode="immediate")
+            raise
         return self
 
 

@@ -43,6 +43,11 @@ def scrape(port, path="/metrics"):
 
 
 def val(samples, name, labels=""):
+    """A sample's value. A labelled series may not exist yet (0); a metric
+    without labels must be on the page, so a renamed one cannot make an
+    '== 0' check pass."""
+    if not labels:
+        assert (name, "") in samples, f"{name} is not on the page"
     return samples.get((name, labels), 0.0)
 
 
