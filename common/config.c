@@ -216,6 +216,7 @@ load_file(const struct cfg_prog *prog, void *conf, const char *path,
 {
 	FILE *f = fopen(path, "r");
 	char *line = NULL, *name, *value, why[512];
+	const struct cfg_opt *o;
 	size_t cap = 0, nopts = 0;
 	int lineno = 0, rc = 0, r, *seen;
 
@@ -236,17 +237,15 @@ load_file(const struct cfg_prog *prog, void *conf, const char *path,
 		if (r == 0)
 			continue;
 		/* a second line for a setting is a mistake, not an override:
-		 * which of the two was meant is unknowable */
-		for (size_t i = 0; r > 0 && i < nopts; i++) {
-			if (strcmp(prog->tab[i].name, name) != 0)
-				continue;
-			if (seen[i] > 0) {
-				snprintf(why, sizeof(why), "%s is set twice (first on line %d)", name,
-				    seen[i]);
-				r = -1;
-			}
-			seen[i] = lineno;
-			break;
+		 * which of the two was meant is unknowable (an unknown name is
+		 * cfg_set's to report) */
+		o = r > 0 ? find_opt(prog, name) : NULL;
+		if (o != NULL && seen[o - prog->tab] > 0) {
+			snprintf(why, sizeof(why), "%s is set twice (first on line %d)", name,
+			    seen[o - prog->tab]);
+			r = -1;
+		} else if (o != NULL) {
+			seen[o - prog->tab] = lineno;
 		}
 		if (r > 0)
 			r = cfg_set(prog, conf, name, value, why, sizeof(why));

@@ -60,7 +60,7 @@ struct ua_parser {
 	struct ua_cache *cache; /* owned, NULL when disabled */
 	size_t nprefiltered;
 	pcre2_match_context *mctx; /* owned: the match limits */
-	_Atomic uint64_t *limited; /* owned: parses where a regex hit a limit */
+	_Atomic uint64_t limited;  /* ua_parse calls where a regex hit a limit */
 };
 
 /* Bounds of one regex's match on one string: far above what the shipped
@@ -292,13 +292,10 @@ ua_parser_new(const char *regexes_path, size_t cache_entries, char *errstr, size
 	if (regexes_path == NULL)
 		regexes_path = UA_DEFAULT_REGEXES;
 	if ((p = calloc(1, sizeof(*p))) == NULL || (p->pf = ua_pf_new()) == NULL ||
-	    (p->mctx = pcre2_match_context_create(NULL)) == NULL ||
-	    (p->limited = calloc(1, sizeof(*p->limited))) == NULL) {
+	    (p->mctx = pcre2_match_context_create(NULL)) == NULL) {
 		snprintf(errstr, errstr_size, "ua: %s", strerror(ENOMEM));
-		if (p != NULL) {
+		if (p != NULL)
 			ua_pf_free(p->pf);
-			pcre2_match_context_free(p->mctx);
-		}
 		free(p);
 		return NULL;
 	}
@@ -337,17 +334,10 @@ ua_parser_free(struct ua_parser *p)
 	ua_pf_free(p->pf);
 	ua_cache_free(p->cache);
 	pcre2_match_context_free(p->mctx);
-	free((void *)(uintptr_t)p->limited);
 	free(p);
 }
 
 /* ---- matching ---------------------------------------------------------------- */
-
-static int
-is_space(unsigned char c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
 
 /* Output buffer that drops leading white space and stops at its size. */
 struct out {
@@ -360,7 +350,7 @@ static void
 out_put(struct out *o, const char *s, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		if (o->n == 0 && is_space((unsigned char)s[i]))
+		if (o->n == 0 && ua_is_space((unsigned char)s[i]))
 			continue;
 		if (o->n + 1 >= o->size) {
 			o->cut = 1;
@@ -393,7 +383,7 @@ out_end(struct out *o)
 {
 	if (o->cut)
 		o->n = whole_chars(o->d, o->n);
-	while (o->n > 0 && is_space((unsigned char)o->d[o->n - 1]))
+	while (o->n > 0 && ua_is_space((unsigned char)o->d[o->n - 1]))
 		o->n--;
 	o->d[o->n] = '\0';
 }
@@ -598,15 +588,13 @@ parse_full(const struct ua_parser *p, const char *ua, size_t len, struct ua_resu
 	return limited;
 }
 
-/* ua_parse_nocache's parse, counting limit hits; 1 when the result may not
- * be cached (memory ran out), else 0. */
+/* The parse without the cache: 0, LIM_* bits, or -1 when memory ran out
+ * (out then says "Other"). */
 static int
 parse_uncached(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
 {
 	int rc = parse_full(p, ua, len, out, 0);
 
-	if (rc > 0 && (rc & LIM_HIT))
-		atomic_fetch_add(p->limited, 1);
 	if (rc < 0) {
 		/* out of memory for match data: report "Other" rather than fail */
 		memset(out, 0, sizeof(*out));
@@ -616,15 +604,28 @@ parse_uncached(const struct ua_parser *p, const char *ua, size_t len, struct ua_
 		out->type = UA_TYPE_OTHER;
 		out->device_type = ua_device_type_name(UA_TYPE_OTHER);
 	}
-	return rc < 0 || (rc & LIM_NOMEM);
+	return rc;
+}
+
+/* The parse of ua_parse and ua_parse_nocache: counts a limit hit; 1 when
+ * the result may be cached (not for lack of memory: the next try may fare
+ * better). */
+static int
+parse_counted(struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
+{
+	int rc = parse_uncached(p, ua, len, out);
+
+	if (rc > 0 && (rc & LIM_HIT))
+		atomic_fetch_add(&p->limited, 1);
+	return rc >= 0 && !(rc & LIM_NOMEM);
 }
 
 int
-ua_parse_nocache(const struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
+ua_parse_nocache(struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
 {
 	if (p == NULL || out == NULL)
 		return -1;
-	parse_uncached(p, ua, len, out);
+	parse_counted(p, ua, len, out);
 	return 0;
 }
 
@@ -642,7 +643,7 @@ ua_parse(struct ua_parser *p, const char *ua, size_t len, struct ua_result *out)
 	h = ua_cache_hash(p->cache, ua ? ua : "", len);
 	if (ua_cache_get(p->cache, h, ua ? ua : "", len, out))
 		return 0;
-	if (!parse_uncached(p, ua, len, out)) /* out of memory: the next may fare better */
+	if (parse_counted(p, ua, len, out))
 		ua_cache_put(p->cache, h, ua ? ua : "", len, out);
 	return 0;
 }
@@ -658,7 +659,7 @@ ua_parser_stats(struct ua_parser *p, struct ua_stats *st)
 	for (int li = 0; li < L_COUNT; li++)
 		st->regexes += p->list[li].n;
 	st->prefiltered = p->nprefiltered;
-	st->limited = atomic_load(p->limited);
+	st->limited = atomic_load(&p->limited);
 }
 
 /* ---- checks for tests and the fuzzer (declared in ua_int.h) ------------------ */

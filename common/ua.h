@@ -164,8 +164,9 @@ void ua_parser_free(struct ua_parser *p);
  * Returns 0, or -1 only when p or out is NULL. Thread-safe. */
 int ua_parse(struct ua_parser *p, const char *ua, size_t len, struct ua_result *out);
 
-/* Same, bypassing the cache (neither read nor filled). */
-int ua_parse_nocache(const struct ua_parser *p, const char *ua, size_t len,
+/* Same, bypassing the cache (neither read nor filled); counts limit hits
+ * as ua_parse does (ua_stats.limited). */
+int ua_parse_nocache(struct ua_parser *p, const char *ua, size_t len,
                      struct ua_result *out);
 
 /* Name of a device type ("desktop", ...): static storage. */

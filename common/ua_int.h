@@ -152,4 +152,12 @@ int ua_prefilter_check(const struct ua_parser *p, const char *ua, size_t len,
 /* Writes each regex's list, line and pre-filter requirement to f. */
 void ua_parser_dump(const struct ua_parser *p, FILE *f);
 
+/* White space as fields are trimmed and blank user agents are told (ASCII
+ * only, whatever the locale). */
+static inline int
+ua_is_space(unsigned char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
 #endif

@@ -219,10 +219,10 @@ ua_type_classify(const struct ua_typer *t, const uint64_t *bits, const unsigned 
 {
 	size_t a = 0, e = n;
 
-	/* blank strings count as empty (white space as ua.c trims fields) */
-	while (a < e && strchr(" \t\r\n\f\v", lower[a]) != NULL && lower[a] != '\0')
+	/* blank strings count as empty */
+	while (a < e && ua_is_space(lower[a]))
 		a++;
-	while (e > a && strchr(" \t\r\n\f\v", lower[e - 1]) != NULL && lower[e - 1] != '\0')
+	while (e > a && ua_is_space(lower[e - 1]))
 		e--;
 	r->type = classify(t, bits, e - a, r);
 	r->device_type = ua_device_type_name(r->type);

@@ -125,6 +125,14 @@ lower_copy(char *out, size_t out_size, const char *s, size_t len)
 	out[i] = '\0';
 }
 
+static int
+is_ascii(const char *s)
+{
+	while (*s != '\0' && (unsigned char)*s < 0x80)
+		s++;
+	return *s == '\0';
+}
+
 /* The lower-case host of url by libcurl, "" when it has none. The handle is
  * cleared first: given a URL already, libcurl resolves a relative one ("not
  * a url", "://x/") against it, which gave such a referer the host of the
@@ -133,7 +141,8 @@ static void
 parse_host(struct enricher *e, const char *url, char *out, size_t out_size)
 {
 	char *host = NULL;
-	uint8_t *ace = NULL;
+	const char *name;
+	uint8_t *ace = NULL; /* libidn2's, when it gave one */
 	size_t len;
 
 	out[0] = '\0';
@@ -151,24 +160,19 @@ parse_host(struct enricher *e, const char *url, char *out, size_t out_size)
 		curl_free(host);
 		return;
 	}
+	name = host;
 	/* An international name in its punycode (ASCII) form by libidn2
 	 * (UTS #46, which also folds case), so its spellings count as one
 	 * host; as sent, lower-cased, when libidn2 refuses it. (libcurl's
 	 * CURLU_PUNYCODE reads the locale's charset and, in 7.88, leaks the
 	 * host when the conversion fails.) */
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)host[i] >= 0x80) {
-			if (idn2_lookup_u8((const uint8_t *)host, &ace,
-			    IDN2_NFC_INPUT | IDN2_NONTRANSITIONAL) != IDN2_OK) {
-				idn2_free(ace);
-				ace = NULL;
-			}
-			break;
-		}
-	if (ace != NULL && strlen((char *)ace) < out_size)
-		lower_copy(out, out_size, (char *)ace, strlen((char *)ace));
-	else if (ace == NULL && len < out_size)
-		lower_copy(out, out_size, host, len);
+	if (!is_ascii(host) && idn2_lookup_u8((const uint8_t *)host, &ace,
+	    IDN2_NFC_INPUT | IDN2_NONTRANSITIONAL) == IDN2_OK) {
+		name = (const char *)ace;
+		len = strlen(name);
+	}
+	if (len < out_size)
+		lower_copy(out, out_size, name, len);
 	idn2_free(ace);
 	curl_free(host);
 }

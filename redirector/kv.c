@@ -78,13 +78,20 @@ kv_new(const char *url, int size, int timeout_ms, char *errstr, size_t errstr_si
 	return kv;
 }
 
+/* Frees the idle connections (kv->mtx held, or kv no longer shared). */
+static void
+free_idle(struct kv *kv)
+{
+	while (kv->nidle > 0)
+		redisFree(kv->idle[--kv->nidle]);
+}
+
 void
 kv_free(struct kv *kv)
 {
 	if (kv == NULL)
 		return;
-	for (int i = 0; i < kv->nidle; i++)
-		redisFree(kv->idle[i]);
+	free_idle(kv);
 	pthread_mutex_destroy(&kv->mtx);
 	free(kv->idle);
 	free(kv);
@@ -152,24 +159,14 @@ static void
 put_conn(struct kv *kv, redisContext *c)
 {
 	if (c->err) {
-		redisContext **idle;
-		int n;
-
 		mark_down(kv, c->errstr);
 		redisFree(c);
 		/* The idle ones met the same restart or outage: keeping them made
 		 * each later window end on another dead connection, a second of
-		 * fallback per pooled connection. */
-		if ((idle = malloc((size_t)kv->size * sizeof(*idle))) == NULL)
-			return;
+		 * fallback per pooled connection. (redisFree only closes.) */
 		pthread_mutex_lock(&kv->mtx);
-		n = kv->nidle;
-		memcpy(idle, kv->idle, (size_t)n * sizeof(*idle));
-		kv->nidle = 0;
+		free_idle(kv);
 		pthread_mutex_unlock(&kv->mtx);
-		for (int i = 0; i < n; i++)
-			redisFree(idle[i]);
-		free(idle);
 		return;
 	}
 	pthread_mutex_lock(&kv->mtx);

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#define NSHARDS 64
-#define SHARD_BITS 6 /* log2(NSHARDS): a shard takes the hash's low bits */
+#define SHARD_BITS 6 /* a shard takes the hash's low bits, a bucket the next */
+#define NSHARDS (1 << SHARD_BITS)
 #define WAIT_MS 5000
 
 struct shard {
@@ -31,6 +31,12 @@ struct lcache {
 	size_t max_bytes;              /* per shard */
 	struct shard shards[NSHARDS];
 };
+
+static struct shard *
+shard_of(struct lcache *c, uint32_t h)
+{
+	return &c->shards[h & (NSHARDS - 1)];
+}
 
 /* A shard's bucket for hash h: the bits above the shard's, as every entry of
  * a shard has the same low SHARD_BITS. */
@@ -313,7 +319,7 @@ struct lcache_entry *
 lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 {
 	uint32_t h = hash_code(code);
-	struct shard *s = &c->shards[h & (NSHARDS - 1)];
+	struct shard *s = shard_of(c, h);
 	struct lcache_entry *e;
 	struct lcache_rec rec;
 	int64_t now = now_ms();
@@ -397,7 +403,7 @@ void
 lcache_invalidate(struct lcache *c, const char *code)
 {
 	uint32_t h = hash_code(code);
-	struct shard *s = &c->shards[h & (NSHARDS - 1)];
+	struct shard *s = shard_of(c, h);
 	struct lcache_entry *e;
 
 	pthread_mutex_lock(&s->mtx);

@@ -577,41 +577,43 @@ has_link(const struct linkbatch_item *it)
 	return it->rc == 0 && it->out != NULL && it->state != ST_DUP;
 }
 
-/* 1 when the item's link goes into the MD5 map: every link of a warm run;
- * in a bulk run only those it found in PostgreSQL (dedupe hits), as a later
- * lookup of a URL fills the map the first time it finds the link. */
+/* 1 when a bulk run writes the item's MD5 map entry: the links it found in
+ * PostgreSQL (dedupe hits), as a later lookup of a URL fills the map the
+ * first time it finds the link. (A warm run's cache command writes each
+ * link's entry with its record.) */
 static int
 md5_entry(const struct linkbatch_item *it, int warm)
 {
-	return has_link(it) && (warm || !it->created);
+	return has_link(it) && !warm && !it->created;
 }
 
 /* Caches links and returns unused codes to the pool, in one pipeline. A warm
- * run (queued singles) writes each link's record (SET lp:link:<code>) and
- * MD5 map entry (HSET lp:md5code); a bulk run only the map entries of links
- * it found, the first redirect caching the record: for bulk items a JSON
- * dump and a Redis write per link were a third of a create's CPU outside
- * PostgreSQL, and the map's HMGET and HSET another ~2 us per link. */
+ * run (queued singles) writes each link's record (lp:link:<code>) and MD5
+ * map entry (lp:md5code) with links.c's cache command, which skips a code an
+ * edit has fenced; a bulk run only the map entries of links it found, the
+ * first redirect caching the record: for bulk items a JSON dump and a Redis
+ * write per link were a third of a create's CPU outside PostgreSQL, and the
+ * map's HMGET and HSET another ~2 us per link. */
 static void
 redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unused,
              size_t nunused, int warm)
 {
-	size_t ncache, nmd5 = 0, ncmd, c = 0, nback = nunused;
+	size_t ncache = 0, nmd5 = 0, ncmd, c = 0, nback = nunused;
 	const char ***argv;
 	size_t **lens;
 	int *argc;
 	redisReply **rep;
-	char ttl[16], (*keys)[96], (*fkeys)[96];
+	char ttl[16], (*keys)[2][96];
 	char **json;
 
 	if (!kv_up(L->kv))
 		return;
 	for (size_t i = 0; i < n; i++) {
+		ncache += warm && has_link(it[i]);
 		nmd5 += md5_entry(it[i], warm);
 		if (it[i]->state == ST_DONE_PG && it[i]->src == SRC_POOL)
 			nback++;
 	}
-	ncache = warm ? nmd5 : 0;
 	ncmd = ncache + (nmd5 > 0) + (nback > 0);
 	if (ncmd == 0)
 		return;
@@ -621,50 +623,25 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 	argc = calloc(ncmd, sizeof(*argc));
 	rep = calloc(ncmd, sizeof(*rep));
 	keys = calloc(ncache + 1, sizeof(*keys));
-	fkeys = calloc(ncache + 1, sizeof(*fkeys));
 	json = calloc(ncache + 1, sizeof(*json));
 	if (argv == NULL || lens == NULL || argc == NULL || rep == NULL || keys == NULL ||
-	    fkeys == NULL || json == NULL)
+	    json == NULL)
 		goto out;
-	for (size_t i = 0, k = 0; i < n && ncache > 0; i++) {
-		const char *code;
+	for (size_t i = 0; i < n && c < ncache; i++) {
+		const char *code, *md5;
 
 		if (!has_link(it[i]))
 			continue;
 		code = json_string_value(json_object_get(it[i]->out, "code"));
-		json[k] = json_dumps(it[i]->out, JSON_COMPACT);
-		if (code == NULL || json[k] == NULL)
+		md5 = json_string_value(json_object_get(it[i]->out, "long_url_md5"));
+		json[c] = json_dumps(it[i]->out, JSON_COMPACT);
+		argv[c] = calloc(LINKS_CACHE_ARGC, sizeof(char *));
+		lens[c] = calloc(LINKS_CACHE_ARGC, sizeof(size_t));
+		if (code == NULL || md5 == NULL || json[c] == NULL || argv[c] == NULL ||
+		    lens[c] == NULL)
 			goto out;
-		snprintf(keys[k], sizeof(keys[k]), "lp:link:%.64s", code);
-		argv[c] = calloc(10, sizeof(char *));
-		lens[c] = calloc(10, sizeof(size_t));
-		if (argv[c] == NULL || lens[c] == NULL)
-			goto out;
-		if (it[i]->created) { /* new: no edit can have fenced it */
-			argv[c][0] = "SET";
-			argv[c][1] = keys[k];
-			argv[c][2] = json[k];
-			argv[c][3] = "EX";
-			argv[c][4] = ttl;
-			argc[c] = 5;
-		} else {
-			/* an existing link this batch read: an edit may have
-			 * fenced it since (links.c) */
-			snprintf(fkeys[k], sizeof(fkeys[k]), "lp:fence:%.64s", code);
-			argv[c][0] = "EVAL";
-			argv[c][1] = links_cache_lua;
-			argv[c][2] = "3";
-			argv[c][3] = keys[k];
-			argv[c][4] = fkeys[k];
-			argv[c][5] = "lp:md5code";
-			argv[c][6] = json[k];
-			argv[c][7] = ttl;
-			argv[c][8] = json_string_value(json_object_get(it[i]->out, "long_url_md5"));
-			argv[c][9] = code;
-			argc[c] = 10;
-		}
-		c++;
-		k++;
+		links_cache_argv(code, json[c], ttl, md5, keys[c], argv[c], lens[c]);
+		argc[c++] = LINKS_CACHE_ARGC;
 	}
 	if (nmd5 > 0) {
 		argv[c] = calloc(2 + 2 * nmd5, sizeof(char *));
@@ -700,7 +677,7 @@ redis_finish(struct links *L, struct linkbatch_item **it, size_t n, char **unuse
 			argc[c] = 0;
 		c++;
 	}
-	for (size_t k = 0; k < c; k++)
+	for (size_t k = ncache; k < c; k++) /* the cache commands' are set */
 		for (int j = 0; j < argc[k]; j++)
 			lens[k][j] = argv[k][j] ? strlen(argv[k][j]) : 0;
 	if (argc[c - 1] == 0)
@@ -721,7 +698,6 @@ out:
 	free(argc);
 	free(rep);
 	free(keys);
-	free(fkeys);
 	free(json);
 }
 

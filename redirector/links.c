@@ -422,10 +422,31 @@ links_parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f,
  * record back after the edit's DEL, to be served for cache_ttl_s. */
 #define FENCE_S 60
 
-const char links_cache_lua[] =
+static const char CACHE_LUA[] =
     "if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end "
     "redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) "
     "redis.call('HSET', KEYS[3], ARGV[3], ARGV[4]) return 1";
+
+void
+links_cache_argv(const char *code, const char *json, const char *ttl, const char *md5,
+                 char keys[2][96], const char *argv[LINKS_CACHE_ARGC],
+                 size_t lens[LINKS_CACHE_ARGC])
+{
+	snprintf(keys[0], sizeof(keys[0]), "lp:link:%.64s", code);
+	snprintf(keys[1], sizeof(keys[1]), "lp:fence:%.64s", code);
+	argv[0] = "EVAL";
+	argv[1] = CACHE_LUA;
+	argv[2] = "3";
+	argv[3] = keys[0];
+	argv[4] = keys[1];
+	argv[5] = "lp:md5code";
+	argv[6] = json;
+	argv[7] = ttl;
+	argv[8] = md5;
+	argv[9] = code;
+	for (int i = 0; i < LINKS_CACHE_ARGC; i++)
+		lens[i] = strlen(argv[i]);
+}
 
 static const char FENCE_LUA[] =
     "redis.call('SET', KEYS[1], '1', 'EX', ARGV[1]) return redis.call('DEL', KEYS[2])";
@@ -433,15 +454,21 @@ static const char FENCE_LUA[] =
 void
 links_cache(struct links *L, json_t *link)
 {
-	char *s = json_dumps(link, JSON_COMPACT);
+	char *s = json_dumps(link, JSON_COMPACT), ttl[16], keys[2][96];
 	const char *code = json_string_value(json_object_get(link, "code"));
 	const char *md5 = json_string_value(json_object_get(link, "long_url_md5"));
+	const char *argv[LINKS_CACHE_ARGC], *const *av = argv;
+	size_t lens[LINKS_CACHE_ARGC];
+	const size_t *lp = lens;
+	int argc = LINKS_CACHE_ARGC;
 	redisReply *r;
 
-	if (s != NULL && code != NULL && md5 != NULL && kv_up(L->kv) &&
-	    (r = kv_cmd(L->kv, "EVAL %s 3 lp:link:%s lp:fence:%s lp:md5code %s %d %s %s", links_cache_lua,
-	    code, code, s, L->cache_ttl_s, md5, code)) != NULL)
-		freeReplyObject(r);
+	if (s != NULL && code != NULL && md5 != NULL && kv_up(L->kv)) {
+		snprintf(ttl, sizeof(ttl), "%d", L->cache_ttl_s);
+		links_cache_argv(code, s, ttl, md5, keys, argv, lens);
+		if (kv_pipeline(L->kv, 1, &argc, &av, &lp, &r) == 0)
+			freeReplyObject(r);
+	}
 	free(s);
 }
 

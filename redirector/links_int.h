@@ -76,10 +76,14 @@ int links_fields_dedupe(const struct fields *f);
 #define LINKS_DEDUPABLE_SQL \
     "l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL " \
     "AND l.max_visits IS NULL AND l.strategy <> 3 AND l.tags = '{}'"
-/* The Lua script that writes a link record unless its code is fenced by an
- * edit (links.c): KEYS lp:link:<code> lp:fence:<code> lp:md5code, ARGV the
- * record's JSON, its TTL in seconds, its long_url_md5 and code. */
-extern const char links_cache_lua[];
+/* The command that writes a link record and its MD5 map entry unless an
+ * edit has fenced the code (a Lua script, links.c), in kv_pipeline's argv
+ * form: argv points into keys, code, json (the record), ttl (seconds, as
+ * text) and md5, which must outlive the call. */
+#define LINKS_CACHE_ARGC 10
+void links_cache_argv(const char *code, const char *json, const char *ttl, const char *md5,
+                      char keys[2][96], const char *argv[LINKS_CACHE_ARGC],
+                      size_t lens[LINKS_CACHE_ARGC]);
 /* A cached link that dedupe may return for (url, redirect_type). */
 int links_dedupable(json_t *link, const char *url, const char *redirect_type);
 /* Creates one link from parsed fields on the single (one row at a time) path. */

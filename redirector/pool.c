@@ -311,7 +311,6 @@ refill_main(void *arg)
 	pthread_mutex_lock(&p->mtx);
 	while (!p->stop) {
 		struct timespec until;
-
 		long long added;
 		int heed;
 
@@ -324,8 +323,6 @@ refill_main(void *arg)
 		 * them ran the refill's queries back to back: then wait the second. */
 		heed = added >= 0 && (kv_up(p->kv) || !kv_enabled(p->kv));
 		pthread_mutex_lock(&p->mtx);
-		if (p->stop || (p->kicked && heed))
-			continue;
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_sec += 1;
 		while (!p->stop && !(p->kicked && heed) &&

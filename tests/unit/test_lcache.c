@@ -72,10 +72,12 @@ release(struct db *d)
 	pthread_mutex_unlock(&d->mtx);
 }
 
+/* A cache over d; max_entries 0: room for every test's codes. */
 static struct lcache *
-new_cache(struct db *d, int ttl_ms)
+new_cache(struct db *d, int ttl_ms, long long max_entries)
 {
-	struct lcache_conf conf = { .max_entries = 200000, .max_bytes = 1LL << 30, .ttl_ms = ttl_ms,
+	struct lcache_conf conf = { .max_entries = max_entries ? max_entries : 200000,
+		.max_bytes = 1LL << 30, .ttl_ms = ttl_ms,
 		.negative_ttl_ms = ttl_ms, .load = load, .ctx = d };
 	char err[128];
 	struct lcache *c = lcache_new(&conf, err, sizeof(err));
@@ -178,14 +180,15 @@ test_invalidate_during_load(void)
 	struct lcache *c;
 
 	init_db(&d);
-	c = new_cache(&d, 60000);
+	c = new_cache(&d, 60000, 0);
 	edit_during_load(&d, c, 2, "the load begun before the edit", 0);
 	lcache_free(c);
 }
 
-/* The same while an expired entry is being refreshed. */
+/* An expired entry of a cache of max_entries (0: roomy), refreshed while
+ * an edit lands, after flood other codes (edit_during_load). */
 static void
-test_invalidate_during_refresh(void)
+edit_during_refresh(long long max_entries, int flood, const char *what)
 {
 	struct db d;
 	struct lcache *c;
@@ -193,34 +196,27 @@ test_invalidate_during_refresh(void)
 	struct timespec ts = { 0, 300 * 1000000L };
 
 	init_db(&d);
-	c = new_cache(&d, 200);
+	c = new_cache(&d, 200, max_entries);
 	get_now(c, "abc", url, sizeof(url));
 	CHECK_STR(url, "https://example.com/abc/v1", "first load");
 	nanosleep(&ts, NULL); /* expired */
-	edit_during_load(&d, c, 3, "the refresh begun before the edit", 0);
+	edit_during_load(&d, c, 3, what, flood);
 	lcache_free(c);
 }
 
-/* The same when the refreshing entry is evicted before the edit lands. */
+/* The same while an expired entry is being refreshed. */
+static void
+test_invalidate_during_refresh(void)
+{
+	edit_during_refresh(0, 0, "the refresh begun before the edit");
+}
+
+/* The same when the refreshing entry is evicted before the edit lands (a
+ * cache of one entry per shard). */
 static void
 test_invalidate_after_eviction_during_refresh(void)
 {
-	struct db d;
-	struct lcache *c;
-	struct lcache_conf conf = { .max_entries = 64, .max_bytes = 1LL << 30, .ttl_ms = 200,
-		.negative_ttl_ms = 200, .load = load, .ctx = &d };
-	char url[128], err[128];
-	struct timespec ts = { 0, 300 * 1000000L };
-
-	init_db(&d);
-	c = lcache_new(&conf, err, sizeof(err)); /* one entry per shard */
-	CHECK(c != NULL, "lcache_new: %s", err);
-	if (c == NULL)
-		return;
-	get_now(c, "abc", url, sizeof(url));
-	nanosleep(&ts, NULL); /* expired */
-	edit_during_load(&d, c, 3, "the refresh of an entry evicted before the edit", 2000);
-	lcache_free(c);
+	edit_during_refresh(64, 2000, "the refresh of an entry evicted before the edit");
 }
 
 /* Requests waiting for a load that fails get NULL when it fails, not after
@@ -235,7 +231,7 @@ test_failed_load_wakes_waiters(void)
 	struct lcache_stats st;
 
 	init_db(&d);
-	c = new_cache(&d, 60000);
+	c = new_cache(&d, 60000, 0);
 	d.block = 1;
 	d.fail = 1;
 	g1 = (struct getter){ .c = c, .code = "xyz" };
@@ -278,7 +274,7 @@ test_refresh_keeps_uncounted_hits(void)
 	long long want[] = { 30, 0 }, db_hits[] = { 20, 500 };
 
 	init_db(&d);
-	c = new_cache(&d, 200);
+	c = new_cache(&d, 200, 0);
 	e = lcache_get(c, "cnt", err, sizeof(err));
 	atomic_fetch_add(&e->hits_local, 50); /* served 50, none counted yet */
 	lcache_release(c, e);
@@ -305,7 +301,7 @@ test_chains_are_short(void)
 	size_t longest;
 
 	init_db(&d);
-	c = new_cache(&d, 60000);
+	c = new_cache(&d, 60000, 0);
 	for (int i = 0; i < 100000; i++) {
 		snprintf(code, sizeof(code), "c%07d", i);
 		get_now(c, code, url, sizeof(url));
