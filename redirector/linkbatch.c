@@ -479,6 +479,48 @@ drop_repeated_codes(struct linkbatch_item **it, size_t n)
 	free(v);
 }
 
+/* The batch's statement failed: puts the codes pg_claim took from the
+ * PostgreSQL reserve back (status 1 -> 0) unless a link has one after all
+ * (the statement committed and only its answer was lost). Best effort: with
+ * PostgreSQL gone too they stay claimed, unused, and are logged. */
+static void
+unclaim(struct links *L, struct linkbatch_item **it, size_t n)
+{
+	struct sbuf codes;
+	char errstr[512];
+	const char *params[1];
+	size_t m = 0;
+	PGconn *c;
+	PGresult *r = NULL;
+
+	memset(&codes, 0, sizeof(codes));
+	sb_put(&codes, "{", 1);
+	for (size_t i = 0; i < n; i++)
+		if (it[i]->state == ST_CODE && it[i]->src == SRC_CLAIMED) {
+			sb_elem(&codes, it[i]->code);
+			m++;
+		}
+	sb_put(&codes, "}", 1);
+	if (m == 0 || codes.oom) {
+		if (m > 0)
+			log_warnx("links: %zu reserve codes stay claimed: out of memory", m);
+		free(codes.p);
+		return;
+	}
+	params[0] = codes.p;
+	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) != NULL) {
+		r = pgpool_exec(c, "UPDATE unique_code u SET status = 0, update_time = now() "
+		    "WHERE u.code = ANY($1::text[]) AND u.status = 1 "
+		    "AND NOT EXISTS (SELECT 1 FROM url_link l WHERE l.code = u.code)",
+		    1, params, NULL, errstr, sizeof(errstr));
+		pgpool_put(L->pg, c);
+	}
+	if (r == NULL)
+		log_warnx("links: %zu reserve codes stay claimed, unused: %s", m, errstr);
+	PQclear(r);
+	free(codes.p);
+}
+
 /* Runs the statement for the ST_CODE items. Items with no row back (their
  * code was taken after all) become ST_FALLBACK; a database failure fails
  * them all. Deduped items' codes go to unused via *give_back. */
@@ -559,6 +601,7 @@ sql_round(struct links *L, struct linkbatch_item **it, size_t n)
 			it[i]->state = ST_FALLBACK;
 	goto out;
 fail_all:
+	unclaim(L, it, n);
 	for (size_t i = 0; i < n; i++)
 		if (it[i]->state == ST_CODE) {
 			item_fail(it[i], &err);

@@ -885,6 +885,12 @@ links_create_fields(struct links *L, struct fields *fp, long long key_id, json_t
 			params[10] = a.code;
 		r = insert_link(c, codesql, params, nparams, out, errstr, sizeof(errstr));
 		if (r < 0) {
+			/* A popped code is still pooled (status 2) in PostgreSQL:
+			 * back to the set, or it would never be handed out. (Had
+			 * the INSERT committed after all, the next taker's unique
+			 * violation invalidates it.) */
+			if (a.from_pool == 1)
+				pool_give_back(L->pool, a.code);
 			links_db_fail(err, errstr);
 			goto done;
 		}

@@ -329,6 +329,37 @@ def test_failed_batch_returns_its_pool_codes(procs, own_pg, redis):
         own_pg.start()
 
 
+def test_failed_batch_puts_reserve_codes_back(procs, own_pg, redis):
+    """With Redis down a batch claims codes from the PostgreSQL reserve
+    (status 0 -> 1) before its statement runs; when that statement fails
+    the codes go back to the reserve instead of staying claimed with no
+    link (they were lost for good). A trigger fails the statement."""
+    api = start_redirector(procs, own_pg, redis)
+    deadline = time.time() + 20
+    while int(own_pg.psql("SELECT count(*) FROM unique_code WHERE status = 0")) < 50:
+        assert time.time() < deadline, "the reserve never filled"
+        time.sleep(0.2)
+    own_pg.psql("CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NEW.long_url LIKE '%boom%' THEN RAISE EXCEPTION 'boom'; END IF; "
+                "RETURN NEW; END $$; CREATE TRIGGER boom BEFORE INSERT ON url_link "
+                "FOR EACH ROW EXECUTE FUNCTION boom()")
+    unused_claimed = ("SELECT count(*) FROM unique_code u WHERE u.status = 1 AND NOT EXISTS "
+                      "(SELECT 1 FROM url_link l WHERE l.code = u.code)")
+    assert own_pg.psql(unused_claimed) == "0"
+    redis.stop()
+    r = api.req("POST", "/api/v1/links/bulk",
+                {"links": [{"url": f"https://boom.example/{i}"} for i in range(5)]})
+    assert r.status_code == 200, r.text
+    assert [x["status"] for x in r.json()["results"]] == [503] * 5, r.text
+    assert own_pg.psql(unused_claimed) == "0"
+    # the reserve still serves: a create that does not trip the trigger
+    r = api.req("POST", "/api/v1/links/bulk", {"links": [{"url": "https://fine.example/"}]})
+    assert r.json()["results"][0]["status"] == 201, r.text
+    code = r.json()["results"][0]["link"]["code"]
+    assert own_pg.psql(f"SELECT status FROM unique_code WHERE code = '{code}'") == "1"
+    assert own_pg.psql(unused_claimed) == "0"
+
+
 def test_edit_reaches_other_running_redirectors(procs, pg, api):
     """An edit through one redirector is seen at once there and within
     cache_ttl_ms on another that had the link cached (README, Lookup)."""
