@@ -417,7 +417,7 @@ links_parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f,
 
 /* Redis keys: lp:link:<code> the cached record, lp:md5code the URL-MD5 to
  * code map, lp:fence:<code> set for FENCE_S seconds by an edit before its
- * UPDATE. While a fence stands no record of its code is written: a load
+ * UPDATE and again after its commit. While a fence stands no record of its code is written: a load
  * that read the row before the edit committed would otherwise put the old
  * record back after the edit's DEL, to be served for cache_ttl_s. */
 #define FENCE_S 60
@@ -490,14 +490,21 @@ links_fence(struct links *L, const char *code, struct links_err *err)
 	return 0;
 }
 
+/* After an edit committed: the fence again, for FENCE_S from now (the
+ * one set before the UPDATE may have run out while it waited on a row
+ * lock, and a load that read the old row before the commit may write any
+ * time after it), the record and the MD5 map entry dropped; one command. */
+static const char INVALIDATE_LUA[] =
+    "redis.call('SET', KEYS[1], '1', 'EX', ARGV[1]) redis.call('DEL', KEYS[2]) "
+    "if ARGV[2] ~= '' then redis.call('HDEL', KEYS[3], ARGV[2]) end return 1";
+
 void
 links_invalidate(struct links *L, const char *code, const char *md5)
 {
 	redisReply *r;
 
-	if ((r = kv_cmd(L->kv, "DEL lp:link:%s", code)) != NULL)
-		freeReplyObject(r);
-	if (md5 != NULL && (r = kv_cmd(L->kv, "HDEL lp:md5code %s", md5)) != NULL)
+	if ((r = kv_cmd(L->kv, "EVAL %s 3 lp:fence:%s lp:link:%s lp:md5code %d %s",
+	    INVALIDATE_LUA, code, code, FENCE_S, md5 != NULL ? md5 : "")) != NULL)
 		freeReplyObject(r);
 }
 

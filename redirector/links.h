@@ -100,7 +100,8 @@ int links_check_url(struct links *L, const char *url, const char *field, struct 
  * of the code fenced it in the last minute (links.c). Best effort. */
 void links_cache(struct links *L, json_t *link);
 
-/* Drops the cached Redis records for code (after a change). */
+/* After a change committed: fences code again for a minute and drops its
+ * cached Redis record and MD5 map entry (md5 may be NULL). Best effort. */
 void links_invalidate(struct links *L, const char *code, const char *md5);
 
 #endif

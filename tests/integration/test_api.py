@@ -268,6 +268,31 @@ def test_edit_fences_the_redis_record(procs, pg, api):
     assert 0 < int(api.redis.cli("TTL", f"lp:fence:{code}")) <= 60
 
 
+def test_fence_is_set_again_after_the_commit(api):
+    """The fence set before an edit's UPDATE starts its minute then; an
+    UPDATE that waits on a row lock used that minute up, and a load that
+    read the old row before the commit could cache it after. The edit
+    fences the code again once committed (here after a 4 s lock wait)."""
+    code = api.create(url="https://example.com/lk1").json()["code"]
+    locker = subprocess.Popen(
+        [lpstack.PG_BIN + "/psql", "-X", "-q", "-d", api.pg.dsn, "-c",
+         f"BEGIN; SELECT 1 FROM url_link WHERE code = '{code}' FOR UPDATE; "
+         "SELECT pg_sleep(4); COMMIT;"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while api.pg.psql("SELECT count(*) FROM pg_stat_activity "
+                          "WHERE wait_event = 'PgSleep'") == "0":
+            assert time.time() < deadline, "the lock was never taken"
+            time.sleep(0.05)
+        t0 = time.time()
+        r = api.req("PATCH", f"/api/v1/links/{code}", {"url": "https://example.com/lk2"})
+        assert r.status_code == 200, r.text
+        assert time.time() - t0 >= 2, "the UPDATE did not wait for the lock"
+        assert int(api.redis.cli("TTL", f"lp:fence:{code}")) >= 58
+    finally:
+        locker.wait(timeout=30)
+
+
 def test_dedupe_hit_respects_the_fence(api):
     """A single create that dedupes to an existing link writes that link's
     record through the batch path's pipeline: it honours an edit's fence as
