@@ -474,8 +474,14 @@ parse_escape(struct rp *r)
 		break;
 	}
 	default:
-		if (c >= '1' && c <= '9') /* back reference: matches something */
+		if (c >= '1' && c <= '9') {
+			/* a back reference, or with more digits than groups an
+			 * octal byte (\10 with fewer than ten): either matches
+			 * something, and all its digits are the escape's */
+			while (r->p < r->end && is_digit(*r->p))
+				r->p++;
 			return info_any();
+		}
 		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '0' || c >= 0x80) {
 			r->fail = 1; /* \Q, \p, \c, \g, \k, octal, ...: not handled */
 			return info_any();

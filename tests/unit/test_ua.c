@@ -344,6 +344,8 @@ static const struct {
 	{ "(?P<n>Foo)Bar\\1", "(foobar)" },
 	{ "\\bLG\\b", "(lg)" },
 	{ "Opera Mini/(\\d+)", "(opera mini/)" },
+	{ "Ab\\10Cd", "(ab) & (cd)" },  /* octal 010 (no tenth group), not \1 then 0 */
+	{ "(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)xy\\10z", "(abcdefghijxy)" }, /* group 10 */
 };
 
 /* Subjects for the property check: every pattern x every subject, a match
@@ -352,7 +354,7 @@ static const char *const pf_subjects[] = {
 	"abc", "ABC", "xFooBarQux", "FooQux", "fooBAZqux", "Samsung-GT", "samsung x", "SAMSUNG",
 	"x12yz", "Bar", "FooBar", "AbCd", "abcd", "XCd", "Chrome/12", "Chromium/3", "BaxrZed",
 	"FooZed", "12Zed", "FooBarFooZed", "Zed", "aaabcd", "bcd", "ab{2}cd", "abbcd", "a{x}bc",
-	"FooBarFoo", " LG ", "Opera Mini/4", "abx de", "ab\nde", "",
+	"FooBarFoo", " LG ", "Opera Mini/4", "abx de", "ab\nde", "", "Ab\bCd", "abcdefghijxyjz",
 };
 
 static void
