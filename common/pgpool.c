@@ -3,6 +3,7 @@
 #include "pgpool.h"
 
 #include "errstr.h"
+#include "monotime.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -37,7 +38,7 @@ pgpool_new(const char *dsn, int size, char *errstr, size_t errstr_size)
 	}
 	p->size = size;
 	pthread_mutex_init(&p->mtx, NULL);
-	pthread_cond_init(&p->cond, NULL);
+	monotime_cond_init(&p->cond);
 	return p;
 }
 
@@ -103,13 +104,7 @@ pgpool_get(struct pgpool *p, int wait_ms, char *errstr, size_t errstr_size)
 	struct timespec until;
 	PGconn *c = NULL;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += wait_ms / 1000;
-	until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	monotime_deadline(&until, wait_ms);
 	pthread_mutex_lock(&p->mtx);
 	while (p->nidle == 0 && p->out >= p->size) {
 		if (pthread_cond_timedwait(&p->cond, &p->mtx, &until) == ETIMEDOUT) {

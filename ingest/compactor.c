@@ -5,6 +5,7 @@
 
 #include "errstr.h"
 #include "log.h"
+#include "monotime.h"
 
 #include <errno.h>
 #include <libpq-fe.h>
@@ -40,8 +41,7 @@ wait_turn(struct compactor *c)
 	struct timespec until;
 	int go;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += c->interval_s;
+	monotime_deadline(&until, (long long)c->interval_s * 1000);
 	pthread_mutex_lock(&c->mtx);
 	while (!c->quit && pthread_cond_timedwait(&c->cond, &c->mtx, &until) != ETIMEDOUT)
 		;
@@ -118,7 +118,7 @@ compactor_start(const char *dsn, int interval_s, char *errstr, size_t errstr_siz
 	}
 	c->interval_s = interval_s;
 	pthread_mutex_init(&c->mtx, NULL);
-	pthread_cond_init(&c->cond, NULL);
+	monotime_cond_init(&c->cond);
 	if (pthread_create(&c->thread, NULL, run, c) != 0) {
 		errstr_set(errstr, errstr_size, "pthread_create failed");
 		pthread_mutex_destroy(&c->mtx);

@@ -8,6 +8,7 @@
 #include "errstr.h"
 #include "eventid.h"
 #include "log.h"
+#include "monotime.h"
 #include "spool.h"
 
 #include <jansson.h>
@@ -42,7 +43,8 @@ struct events {
 	pthread_cond_t cond;
 
 	atomic_int connected;
-	atomic_int fatal;
+	atomic_int fatal;           /* the live producer's fatal error: events spool */
+	atomic_int replay_fatal;    /* the replay producer's: replay stops */
 	_Atomic uint64_t failed, spooled;
 	_Atomic uint64_t replayed;  /* rk_replay's deliveries (it reports each;
 	                            * rk's are derived: see events_stats) */
@@ -135,9 +137,15 @@ error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 	if (err == RD_KAFKA_RESP_ERR__FATAL) {
 		rd_kafka_fatal_error(rk, buf, sizeof(buf));
-		atomic_store(&ev->fatal, 1);
-		log_error("events: fatal producer error: %s; every event now goes to the spool "
-		    "until restart", buf);
+		if (rk == ev->rk_replay) {
+			atomic_store(&ev->replay_fatal, 1);
+			log_error("events: fatal error of the replay producer: %s; the spool is "
+			    "not replayed until restart (/readyz answers 503)", buf);
+		} else {
+			atomic_store(&ev->fatal, 1);
+			log_error("events: fatal producer error: %s; every event now goes to the "
+			    "spool until restart (/readyz answers 503)", buf);
+		}
 		return;
 	}
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
@@ -150,7 +158,7 @@ error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 /* The replay producer's errors: it idles between outages, so its view of the
  * brokers does not decide `connected` (the monitor and the live producer
- * do); a fatal error stops everything as the live producer's does. */
+ * do); a fatal error stops replay, not the live producer. */
 static void
 replay_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
@@ -767,10 +775,7 @@ nap(struct events *ev, int ms)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)ms * 1000000L;
-	ts.tv_sec += ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
+	monotime_deadline(&ts, ms);
 	pthread_mutex_lock(&ev->mtx);
 	if (atomic_load(&ev->running))
 		pthread_cond_timedwait(&ev->cond, &ev->mtx, &ts);
@@ -804,7 +809,7 @@ replay_record(void *ctx, const char *key, size_t klen, const char *val, size_t v
 	for (;;) {
 		/* Kafka gone again or a delivery of this file failed: the file
 		 * stays, no use feeding the rest of it */
-		if (!atomic_load(&ev->running) || atomic_load(&ev->fatal) ||
+		if (!atomic_load(&ev->running) || atomic_load(&ev->replay_fatal) ||
 		    !atomic_load(&ev->connected) || atomic_load(&ev->replay_failed) > 0)
 			return 1;
 		atomic_fetch_add(&ev->replay_outstanding, 1);
@@ -841,7 +846,8 @@ replay_file(struct events *ev, const char *path)
 		nap(ev, 10);
 	if (rc == 0 && atomic_load(&ev->replay_outstanding) == 0 &&
 	    atomic_load(&ev->replay_failed) == 0) {
-		spool_done(ev->spool, path);
+		if (spool_done(ev->spool, path) < 0)
+			return -1; /* kept: retried after the monitor's wait */
 		log_info("events: replayed %s (%llu replayed in all)", path,
 		    (unsigned long long)atomic_load(&ev->replayed));
 		return 0;
@@ -870,7 +876,7 @@ monitor_main(void *arg)
 			wait_ms = 1000; /* back: replay at once */
 		}
 		while (err == RD_KAFKA_RESP_ERR_NO_ERROR && atomic_load(&ev->running) &&
-		    !atomic_load(&ev->fatal) && atomic_load(&ev->connected) &&
+		    !atomic_load(&ev->replay_fatal) && atomic_load(&ev->connected) &&
 		    spool_take(ev->spool, path, sizeof(path)) == 1) {
 			if (replay_file(ev, path) < 0) {
 				/* the same file comes back first: try it again
@@ -901,7 +907,7 @@ events_new(const struct events_conf *conf, char *errstr, size_t errstr_size)
 		return NULL;
 	}
 	pthread_mutex_init(&ev->mtx, NULL);
-	pthread_cond_init(&ev->cond, NULL);
+	monotime_cond_init(&ev->cond);
 	pthread_mutex_init(&ev->locals_mtx, NULL);
 	if (pthread_key_create(&ev->tls, local_exit) != 0) {
 		errstr_set(errstr, errstr_size, "events: cannot create thread-local state");
@@ -1037,7 +1043,13 @@ events_close(struct events *ev)
 int
 events_connected(struct events *ev)
 {
-	return atomic_load(&ev->connected);
+	return atomic_load(&ev->connected) && !events_failed(ev);
+}
+
+int
+events_failed(struct events *ev)
+{
+	return atomic_load(&ev->fatal) || atomic_load(&ev->replay_fatal);
 }
 
 /*
@@ -1086,5 +1098,5 @@ events_stats(struct events *ev, struct events_stats *out)
 	out->spooled = atomic_load(&ev->spooled);
 	out->spool_dropped = ss.dropped;
 	out->spool_bytes = ss.bytes;
-	out->connected = atomic_load(&ev->connected);
+	out->connected = events_connected(ev);
 }

@@ -3,6 +3,7 @@
  * a loading entry in the table is the single-flight marker. */
 #include "lcache.h"
 #include "errstr.h"
+#include "monotime.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -84,7 +85,7 @@ lcache_new(const struct lcache_conf *conf, char *errstr, size_t errstr_size)
 		struct shard *s = &c->shards[i];
 
 		pthread_mutex_init(&s->mtx, NULL);
-		pthread_cond_init(&s->cond, NULL);
+		monotime_cond_init(&s->cond);
 		s->mask = nb - 1;
 		if ((s->buckets = calloc(nb, sizeof(*s->buckets))) == NULL) {
 			lcache_free(c);
@@ -351,8 +352,7 @@ lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 
 		atomic_fetch_add(&e->refs, 1);
 		s->waits++;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += WAIT_MS / 1000;
+		monotime_deadline(&ts, WAIT_MS);
 		while (e->loading && !e->failed &&
 		    pthread_cond_timedwait(&s->cond, &s->mtx, &ts) == 0)
 			;

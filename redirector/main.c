@@ -144,8 +144,9 @@ static const struct cfg_opt redirector_tab[] = {
 	  "librdkafka queue size (queue.buffering.max.messages); beyond it events go to the spool" },
 	{ "kafka_message_timeout_ms", CFG_INT, "30000", 1000, 3600000, NULL, OFF(kafka_message_timeout_ms), 0,
 	  "message.timeout.ms: events undelivered after this go to the spool" },
-	{ "shutdown_flush_ms", CFG_INT, "5000", 0, 600000, NULL, OFF(shutdown_flush_ms), 0,
-	  "at SIGTERM, wait this long for Kafka to take queued events; the rest are spooled" },
+	{ "shutdown_flush_ms", CFG_INT, "5000", 0, 50000, NULL, OFF(shutdown_flush_ms), 0,
+	  "at SIGTERM, wait this long for Kafka to take queued events; the rest are spooled "
+	  "(keep it ~10 s under the supervisor's stop timeout: compose 60 s, systemd 90 s)" },
 	{ "spool_max_bytes", CFG_INT, "1073741824", 65536, 1099511627776LL, NULL, OFF(spool_max_bytes), 0,
 	  "cap of the event spool; beyond it events are dropped (counted, logged at error)" },
 	{ "spool_fsync_ms", CFG_INT, "50", 1, 10000, NULL, OFF(spool_fsync_ms), 0,

@@ -5,6 +5,7 @@
 #include "pool.h"
 #include "codes.h"
 #include "log.h"
+#include "monotime.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -54,7 +55,7 @@ pool_new(struct pgpool *pg, struct kv *kv, struct bloom *bloom, int length,
 	p->size = -1;
 	snprintf(p->key, sizeof(p->key), POOL_KEY_FMT, length);
 	pthread_mutex_init(&p->mtx, NULL);
-	pthread_cond_init(&p->cond, NULL);
+	monotime_cond_init(&p->cond);
 	return p;
 }
 
@@ -323,8 +324,7 @@ refill_main(void *arg)
 		 * them ran the refill's queries back to back: then wait the second. */
 		heed = added >= 0 && (kv_up(p->kv) || !kv_enabled(p->kv));
 		pthread_mutex_lock(&p->mtx);
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += 1;
+		monotime_deadline(&until, 1000);
 		while (!p->stop && !(p->kicked && heed) &&
 		    pthread_cond_timedwait(&p->cond, &p->mtx, &until) == 0)
 			;

@@ -211,7 +211,9 @@ redirect_ready(struct redirect *r, struct http_req *req)
 	return http_json(req, pg_ok && kafka_ok ? 200 : 503, json_pack("{s:s, s:s, s:s}",
 	    "status", pg_ok && kafka_ok ? "ready" : "unavailable",
 	    "postgresql", pg_ok ? "ok" : errstr,
-	    "kafka", r->events == NULL ? "disabled" : kafka_ok ? "ok" : "no broker reachable"));
+	    "kafka", r->events == NULL ? "disabled" : kafka_ok ? "ok" :
+	    events_failed(r->events) ? "producer failed (fatal error): restart" :
+	    "no broker reachable"));
 }
 
 /* Copies the code of "/{code}" or "/?{code}[&rest]" into out and points

@@ -4,6 +4,7 @@
 #include "spool.h"
 #include "errstr.h"
 #include "log.h"
+#include "monotime.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -99,6 +100,39 @@ log_due(struct spool *s)
 	return now > last && atomic_compare_exchange_strong(&s->last_err_log, &last, now);
 }
 
+/* Takes n off a counter, stopping at zero: a miscount must not wrap it to
+ * ~2^64 (bytes that large refuse every later event as "SPOOL FULL"). */
+static void
+sub_sat(_Atomic uint64_t *v, uint64_t n)
+{
+	uint64_t cur = atomic_load(v);
+
+	while (!atomic_compare_exchange_weak(v, &cur, cur > n ? cur - n : 0))
+		;
+}
+
+/* The sequence number of a replay file's name, exactly
+ * "replay-" 16 digits ".spool" (as rotate() names them): 1, or 0 for any
+ * other name (an operator's copy, "replay-3.spool~"), which the spool
+ * leaves alone. A looser match took such a name for the oldest file and
+ * rebuilt a path that did not exist, and replay stopped for good. */
+static int
+replay_seq(const char *name, unsigned long long *seq)
+{
+	unsigned long long v = 0;
+
+	if (strncmp(name, "replay-", 7) != 0 || strcmp(name + 7 + 16, ".spool") != 0 ||
+	    strlen(name) != 7 + 16 + 6)
+		return 0;
+	for (int i = 7; i < 7 + 16; i++) {
+		if (name[i] < '0' || name[i] > '9')
+			return 0;
+		v = v * 10 + (unsigned long long)(name[i] - '0');
+	}
+	*seq = v;
+	return 1;
+}
+
 static int
 open_active(struct spool *s)
 {
@@ -119,6 +153,7 @@ static int
 rotate(struct spool *s)
 {
 	char from[4096], to[4096];
+	int rc;
 
 	if (s->fd >= 0) {
 		fdatasync(s->fd);
@@ -128,12 +163,21 @@ rotate(struct spool *s)
 	snprintf(from, sizeof(from), "%s/spool.active", s->dir);
 	snprintf(to, sizeof(to), "%s/replay-%016llu.spool", s->dir,
 	    (unsigned long long)s->next_seq++);
-	if (rename(from, to) < 0 && errno != ENOENT)
+	if (rename(from, to) == 0) {
+		if (s->active_bytes > 0)
+			atomic_fetch_add(&s->files, 1);
+	} else if (errno == ENOENT) {
+		if (s->active_bytes > 0) { /* removed from outside */
+			log_warnx("spool: %s vanished with %llu bytes of visit events", from,
+			    (unsigned long long)s->active_bytes);
+			sub_sat(&s->bytes, s->active_bytes);
+		}
+	} else {
 		log_warn("spool: rename %s", from);
-	else if (s->active_bytes > 0)
-		atomic_fetch_add(&s->files, 1);
-	fsync_dir(s->dir);
-	return open_active(s);
+	}
+	rc = open_active(s);
+	fsync_dir(s->dir); /* the rename and the new file's entry */
+	return rc;
 }
 
 /* Records in a pending buffer (whole records only, as spool_append makes
@@ -199,13 +243,15 @@ write_pending(struct spool *s, struct buf *spare)
 				if (ftruncate(s->fd, (off_t)start) == 0 &&
 				    lseek(s->fd, (off_t)start, SEEK_SET) >= 0) {
 					s->active_bytes = start;
+					sub_sat(&s->bytes, b.len);
 				} else {
 					/* the torn end stays, as the last bytes of a
-					 * replay file (spool_read ignores a torn end) */
+					 * replay file (spool_read ignores a torn end),
+					 * and counts until that file is done */
 					log_warn("spool: cutting %s/spool.active back", s->dir);
 					rotate(s);
+					sub_sat(&s->bytes, b.len - off);
 				}
-				atomic_fetch_sub(&s->bytes, b.len);
 				atomic_fetch_add(&s->dropped, lost);
 				break;
 			}
@@ -232,10 +278,7 @@ writer_main(void *arg)
 
 		pthread_mutex_lock(&s->mtx);
 		if (!s->stop) {
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += (long)s->fsync_ms * 1000000L;
-			ts.tv_sec += ts.tv_nsec / 1000000000L;
-			ts.tv_nsec %= 1000000000L;
+			monotime_deadline(&ts, s->fsync_ms);
 			pthread_cond_timedwait(&s->cond, &s->mtx, &ts);
 		}
 		stop = s->stop;
@@ -262,8 +305,12 @@ scan(struct spool *s)
 	while ((e = readdir(d)) != NULL) {
 		unsigned long long seq;
 
-		if (sscanf(e->d_name, "replay-%llu.spool", &seq) != 1)
+		if (!replay_seq(e->d_name, &seq)) {
+			if (strncmp(e->d_name, "replay-", 7) == 0)
+				log_warnx("spool: %s/%s is not named as the spool names its files; "
+				    "left alone, not replayed", s->dir, e->d_name);
 			continue;
+		}
 		if (seq + 1 > s->next_seq)
 			s->next_seq = seq + 1;
 		snprintf(path, sizeof(path), "%s/%s", s->dir, e->d_name);
@@ -291,7 +338,7 @@ spool_open(const struct spool_conf *conf, char *errstr, size_t errstr_size)
 	s->lock_fd = -1;
 	pthread_mutex_init(&s->mtx, NULL);
 	pthread_mutex_init(&s->io, NULL);
-	pthread_cond_init(&s->cond, NULL);
+	monotime_cond_init(&s->cond);
 	if (mkdirs(s->dir) < 0) {
 		errstr_set(errstr, errstr_size, "spool_dir %s: %s", s->dir, strerror(errno));
 		goto fail;
@@ -430,7 +477,7 @@ oldest(struct spool *s, char *path, size_t path_size)
 	while ((e = readdir(d)) != NULL) {
 		unsigned long long seq;
 
-		if (sscanf(e->d_name, "replay-%llu.spool", &seq) == 1 && (!found || seq < best)) {
+		if (replay_seq(e->d_name, &seq) && (!found || seq < best)) {
 			best = seq;
 			found = 1;
 		}
@@ -478,6 +525,8 @@ spool_read(const char *path, spool_record_fn fn, void *ctx)
 		uint32_t hdr[3];
 		size_t n = fread(hdr, 1, HDR, f), need;
 
+		if (n < HDR && ferror(f))
+			break;
 		if (n == 0)
 			break;
 		if (n < HDR || hdr[0] != SPOOL_MAGIC) {
@@ -497,31 +546,39 @@ spool_read(const char *path, spool_record_fn fn, void *ctx)
 			cap = need;
 		}
 		if (fread(rec, 1, need, f) != need) {
+			if (ferror(f))
+				break;
 			log_warnx("spool: %s: torn record at the end; ignored", path);
 			break;
 		}
 		if ((rc = fn(ctx, rec, hdr[1], rec + hdr[1], hdr[2])) != 0)
 			break;
 	}
+	if (ferror(f)) {
+		/* not the end of the file: it must stay, to be read again */
+		log_warnx("spool: reading %s failed; the file stays", path);
+		rc = -1;
+	}
 	free(rec);
 	fclose(f);
 	return rc;
 }
 
-void
+int
 spool_done(struct spool *s, const char *path)
 {
 	struct stat st;
 
-	if (stat(path, &st) == 0) {
-		if (unlink(path) < 0) {
-			log_warn("spool: unlink %s", path);
-			return;
-		}
-		atomic_fetch_sub(&s->bytes, (uint64_t)st.st_size);
-		atomic_fetch_sub(&s->files, 1);
-		fsync_dir(s->dir);
+	if (stat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -1;
+	if (unlink(path) < 0) {
+		log_warn("spool: unlink %s", path);
+		return -1;
 	}
+	sub_sat(&s->bytes, (uint64_t)st.st_size);
+	sub_sat(&s->files, 1);
+	fsync_dir(s->dir);
+	return 0;
 }
 
 void

@@ -34,13 +34,16 @@ int spool_take(struct spool *s, char *path, size_t path_size);
 
 /* Calls fn for each complete record of a file from spool_take, in order,
  * until fn returns non-zero (returned). A torn record at the end (crash
- * mid-write) ends the file with a warning. -1 when the file can't be read. */
+ * mid-write) ends the file with a warning. -1 when the file can't be read
+ * (opened, or a read failed part-way: it is not taken as the end). */
 typedef int (*spool_record_fn)(void *ctx, const char *key, size_t klen, const char *val,
                                size_t vlen);
 int spool_read(const char *path, spool_record_fn fn, void *ctx);
 
-/* Removes a replayed file and takes its bytes off the spool's total. */
-void spool_done(struct spool *s, const char *path);
+/* Removes a replayed file and takes its bytes off the spool's total. 0, or
+ * -1 when it cannot be removed (logged): the caller must not take it as
+ * done, or the same file would be replayed again at once, forever. */
+int spool_done(struct spool *s, const char *path);
 
 struct spool_stats {
 	uint64_t appended;    /* records accepted */

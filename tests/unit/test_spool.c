@@ -2,7 +2,8 @@
  * and a write that fails part-way (the file size limit standing in for a
  * full disk) loses only the events of that write, counted as dropped, and
  * never the events spooled after it; and with no active file (reopening it
- * after a rotation failed) the events wait in memory until it opens. */
+ * after a rotation failed) the events wait in memory until it opens; files
+ * the spool did not name are left alone; a failed read is not an end. */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -231,11 +232,70 @@ test_one_owner(void)
 	remove_dir(dir);
 }
 
+/* Files in the spool directory that the spool did not name (an operator's
+ * copy, an editor's backup, a shorter number) are left alone: replay goes
+ * on with the spool's own files. A looser name match took "replay-3.spool"
+ * for the oldest file, rebuilt a path that did not exist from its number,
+ * and offered that on every try, so nothing was replayed again. */
+static void
+test_stray_names(void)
+{
+	static const char *const stray[] = { "replay-3.spool", "replay-0000000000000001.spool.bak",
+	    "replay-0000000000000002.spool~", "replay-00000000000000x1.spool" };
+	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], err[512];
+	struct spool_conf conf = { dir, 1 << 20, FSYNC_MS };
+	struct seen seen = { 0 };
+	struct spool *s;
+	size_t i;
+
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	for (i = 0; i < sizeof(stray) / sizeof(stray[0]); i++) {
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, stray[i]);
+		CHECK((f = fopen(path, "w")) != NULL && fputs("x", f) >= 0 && fclose(f) == 0,
+		    "write %s", path);
+	}
+	if ((s = spool_open(&conf, err, sizeof(err))) == NULL) {
+		CHECK(0, "spool_open: %s", err);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/spool.active", dir);
+	wait_writer(s, path, append(s, "e", 0, 6), 0);
+	read_back(s, &seen);
+	CHECK(seen.n == 6, "read %d events back, want 6", seen.n);
+	CHECK(spool_take(s, path, sizeof(path)) == 0, "nothing left to take, got %s", path);
+	spool_close(s);
+	for (i = 0; i < sizeof(stray) / sizeof(stray[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, stray[i]);
+		CHECK(unlink(path) == 0, "%s was removed", path);
+	}
+	remove_dir(dir);
+}
+
+/* A read that fails part-way is not the end of the file: -1, so the
+ * replayer keeps the file (it took the failure for the end and deleted
+ * the file with every record after it). A directory stands in for a
+ * file whose read fails (EISDIR). */
+static void
+test_read_error(void)
+{
+	char dir[] = "/tmp/test_spool_XXXXXX";
+	struct seen seen = { 0 };
+
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	CHECK(spool_read(dir, collect, &seen) == -1, "a failed read returned success");
+	CHECK(seen.n == 0, "records from nowhere: %d", seen.n);
+	CHECK(rmdir(dir) == 0, "rmdir %s", dir);
+}
+
 int
 main(void)
 {
 	test_failed_write();
 	test_reopen_fails();
 	test_one_owner();
+	test_stray_names();
+	test_read_error();
 	return unit_done("test_spool");
 }
