@@ -27,6 +27,7 @@ _Static_assert(LANES >= 2, "lane 0 loads on the loader's own connection, the oth
 
 struct loader {
 	char *dsn, *group, *topic;
+	int statement_timeout_ms;  /* SET at connect; 0: none */
 	PGconn *conn;
 	int hll;
 	char *insert_sql;          /* owned, built at connect */
@@ -206,8 +207,15 @@ ensure_month(struct loader *l, int32_t m, char *errstr, size_t errstr_size)
 static int
 connect_lane(struct loader *l, char *errstr, size_t errstr_size)
 {
-	const char *keys[] = { "connect_timeout", "application_name", "dbname", NULL };
-	const char *vals[] = { "5", "linkpulse-ingest", l->dsn, NULL };
+	/* TCP keepalives and a user timeout: a server or network that stops
+	 * answering without closing the connection (a black-holed route)
+	 * fails the lane's statement within ~30 s instead of the kernel's two
+	 * hours. Before dbname, so that the DSN's own values win. */
+	const char *keys[] = { "connect_timeout", "application_name", "keepalives",
+	    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+	    "dbname", NULL };
+	const char *vals[] = { "5", "linkpulse-ingest", "1", "10", "5", "3", "30000", l->dsn, NULL };
+	char set[160];
 	PGresult *r;
 
 	if (l->conn && PQstatus(l->conn) == CONNECTION_OK &&
@@ -225,8 +233,13 @@ connect_lane(struct loader *l, char *errstr, size_t errstr_size)
 	 * multiset; a hash aggregate holds one per group at once (~1,000 per
 	 * batch: spilled to disk at the default work_mem, 131 MB at 64MB, 22-51
 	 * ms per batch by auto_explain), a sorted one holds one at a time */
-	if (exec_ok(l, "SET TimeZone = 'UTC'; SET client_encoding = 'UTF8'; SET enable_hashagg = off",
-	    errstr, errstr_size) < 0)
+	/* statement_timeout: a statement waiting on a lock (a report's long
+	 * query ahead of a partition's creation, an operator's LOCK TABLE)
+	 * fails and its batch is retried with backoff, /healthz saying so,
+	 * instead of stalling every partition of the lane without a word */
+	snprintf(set, sizeof(set), "SET TimeZone = 'UTC'; SET client_encoding = 'UTF8'; "
+	    "SET enable_hashagg = off; SET statement_timeout = %d", l->statement_timeout_ms);
+	if (exec_ok(l, set, errstr, errstr_size) < 0)
 		goto fail;
 	r = PQexec(l->conn, "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('link_hour')"
 	    " AND attname = 'visitors' AND NOT attisdropped");
@@ -840,12 +853,13 @@ loader_release(struct loader *l)
 
 /* One lane's loader (a peer, or the base of loader_new). */
 static struct loader *
-loader_alloc(const char *dsn, const char *group, const char *topic)
+loader_alloc(const char *dsn, const char *group, const char *topic, int statement_timeout_ms)
 {
 	struct loader *l = calloc(1, sizeof(*l));
 
 	if (l == NULL)
 		return NULL;
+	l->statement_timeout_ms = statement_timeout_ms;
 	l->dsn = strdup(dsn);
 	l->group = strdup(group);
 	l->topic = strdup(topic);
@@ -858,14 +872,14 @@ loader_alloc(const char *dsn, const char *group, const char *topic)
 }
 
 struct loader *
-loader_new(const char *dsn, const char *group, const char *topic, char *errstr,
-           size_t errstr_size)
+loader_new(const char *dsn, const char *group, const char *topic, int statement_timeout_ms,
+           char *errstr, size_t errstr_size)
 {
-	struct loader *l = loader_alloc(dsn, group, topic);
+	struct loader *l = loader_alloc(dsn, group, topic, statement_timeout_ms);
 	int ok = l != NULL;
 
 	for (int k = 0; ok && k < LANES - 1; k++)
-		ok = (l->peer[k] = loader_alloc(dsn, group, topic)) != NULL;
+		ok = (l->peer[k] = loader_alloc(dsn, group, topic, statement_timeout_ms)) != NULL;
 	if (!ok) {
 		loader_release(l);
 		errstr_set(errstr, errstr_size, "out of memory");

@@ -26,10 +26,11 @@ struct loader_result {
 	double seconds;      /* the load, from its BEGIN (or first try) to its COMMIT */
 };
 
-/* dsn, group and topic are copied; connects lazily. Returns a loader the
- * caller owns (loader_free), or NULL with errstr. */
+/* dsn, group and topic are copied; connects lazily. statement_timeout_ms:
+ * PostgreSQL's statement_timeout on every lane's connection (0: none).
+ * Returns a loader the caller owns (loader_free), or NULL with errstr. */
 struct loader *loader_new(const char *dsn, const char *group, const char *topic,
-                          char *errstr, size_t errstr_size);
+                          int statement_timeout_ms, char *errstr, size_t errstr_size);
 /* Closes the connections and frees l (no load may be running). */
 void loader_free(struct loader *l);
 

@@ -50,6 +50,7 @@ struct ingest_conf {
 	long long ua_cache_entries;
 	long long geoip_cache_records;
 	long long compact_interval_s;
+	long long pg_statement_timeout_ms;
 	char *log_level;
 	char *log_format;
 };
@@ -80,6 +81,8 @@ static const struct cfg_opt ingest_tab[] = {
 	  "decoded GeoIP records (and 4x as many addresses) cached per builder thread, ~0.6 KB per record (0: no cache)" },
 	{ "compact_interval_s", CFG_INT, "60", 0, 86400, NULL, OFF(compact_interval_s), 0,
 	  "run link_day_dim_compact() this often, on its own connection (0: never; run it from cron)" },
+	{ "pg_statement_timeout_ms", CFG_INT, "60000", 0, 3600000, NULL, OFF(pg_statement_timeout_ms), 0,
+	  "a loading statement running (or waiting on a lock) longer fails and its batch is retried (0: no limit)" },
 	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", OFF(log_level), 1, "log level" },
 	{ "log_format", CFG_ENUM, "logfmt", 0, 0, "logfmt|json", OFF(log_format), 1, "log line format" },
 	CFG_END
@@ -436,8 +439,8 @@ main(int argc, char **argv)
 	}
 	log_info("metrics on http://%s:%d/metrics", a.conf.metrics_addr,
 	    metricsd_port(a.metricsd));
-	if ((a.loader = loader_new(a.conf.pg_dsn, a.conf.kafka_group, a.conf.kafka_topic, errstr,
-	    sizeof(errstr))) == NULL) {
+	if ((a.loader = loader_new(a.conf.pg_dsn, a.conf.kafka_group, a.conf.kafka_topic,
+	    (int)a.conf.pg_statement_timeout_ms, errstr, sizeof(errstr))) == NULL) {
 		log_fatalx("loader: %s", errstr);
 		rc = 1;
 		goto out;

@@ -1,13 +1,19 @@
 """ingest fault tests, each counting events in and rows out: SIGKILL mid-batch
 and restart, two consumers in one group through a join and a leave,
 PostgreSQL stopped for 20 s during a stream, offsets the broker no longer
-has (retention) landing in ingest_lost, and a statement error on a working
-connection retried with backoff."""
+has (retention) landing in ingest_lost, a statement error on a working
+connection retried with backoff, and a statement stuck on a lock timed out
+and retried."""
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
+
+import requests
+
+import lpstack
 
 from test_ingest import (EventGen, assert_rollups, counts, produce, producer, start_ingest,
                          wait_counts)
@@ -229,4 +235,49 @@ def test_statement_error_retried_with_backoff(procs, pg, broker):
     wait_counts(pg, len(events), 1, timeout=60, proc=ing)
     assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(len(events) + 1)
     assert_rollups(pg)
+    ing.stop()
+
+
+def test_lock_wait_fails_the_batch_and_is_retried(procs, pg, broker):
+    """A loading statement stuck behind a lock (here an operator's LOCK
+    TABLE on link_total; in production a report's long query ahead of a new
+    month's partition) fails after pg_statement_timeout_ms: the batch rolls
+    back, /healthz says 503 and the batch is retried with backoff. Without
+    the timeout the lane waited as long as the lock stood, silently. Once
+    the lock is gone every event is stored exactly once."""
+    port = lpstack.free_port()
+    ing = start_ingest(procs, pg, broker, batch_max_ms=200, pg_statement_timeout_ms=1000,
+                       metrics_port=port)
+    gen = EventGen(seed=15)
+    events = [gen.event() for _ in range(400)]
+    p = producer(broker.bootstrap)
+    produce(broker.bootstrap, broker.topic, events[:100], prod=p)
+    wait_counts(pg, 100, 0, timeout=60, proc=ing)
+    locker = subprocess.Popen(
+        [lpstack.PG_BIN + "/psql", "-X", "-q", "-d", pg.dsn, "-c",
+         "BEGIN; LOCK TABLE link_total IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(6); COMMIT;"],
+        stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while pg.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "0":
+            assert time.time() < deadline, "the lock was never taken"
+            time.sleep(0.05)
+        produce(broker.bootstrap, broker.topic, events[100:], prod=p)
+        deadline = time.time() + 20
+        while "statement timeout" not in ing.output():
+            assert time.time() < deadline, ing.output()[-3000:]
+            time.sleep(0.1)
+        assert "rolled back" in ing.output()
+        h = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        assert h.status_code == 503, h.text
+        assert counts(pg) == (100, 0)
+    finally:
+        locker.wait(timeout=30)
+    wait_counts(pg, len(events), 0, timeout=60, proc=ing)
+    assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(len(events))
+    assert_rollups(pg)
+    deadline = time.time() + 10
+    while requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code != 200:
+        assert time.time() < deadline, "/healthz stayed 503 after the loads succeeded"
+        time.sleep(0.2)
     ing.stop()
