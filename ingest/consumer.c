@@ -304,10 +304,12 @@ consumer_reseek(struct consumer *c)
 	}
 	plan_lanes(c, parts); /* drained above: e.g. a backlog after an outage */
 	rd_kafka_assign(c->rk, NULL);
-	if ((err = rd_kafka_assign(c->rk, parts)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+	if ((err = rd_kafka_assign(c->rk, parts)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		log_error("re-assigning %d partitions: %s", parts->cnt, rd_kafka_err2str(err));
-	else
-		log_info("re-assigned %d partitions at their stored offsets", parts->cnt);
+		rd_kafka_topic_partition_list_destroy(parts);
+		return -1;
+	}
+	log_info("re-assigned %d partitions at their stored offsets", parts->cnt);
 	rd_kafka_topic_partition_list_destroy(parts);
 	return 0;
 }

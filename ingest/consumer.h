@@ -48,7 +48,8 @@ int consumer_lane(struct consumer *c, int32_t partition);
 /* Reads the stored offsets of every assigned partition from PostgreSQL
  * (retrying with backoff until it succeeds or *stop) and re-assigns them
  * there, discarding whatever was fetched; the lanes are planned again (the
- * drain hook runs first). Returns 0, or -1 when stopped. */
+ * drain hook runs first). Returns 0, or -1 when stopped or when librdkafka
+ * refused to read or set the assignment (logged; the caller recovers again). */
 int consumer_reseek(struct consumer *c);
 
 /* Low and high watermarks of partition asked from the broker. Returns 0 or -1. */

@@ -263,10 +263,23 @@ recover(struct app *a)
 	a->failed = 0;
 	a->recovered_ms = now_ms();
 	atomic_store(&unhealthy, 0);
-	if (consumer_reseek(a->cons) < 0)
+	if (consumer_reseek(a->cons) < 0) {
+		/* still past the dropped batch's messages: going on from here
+		 * would store offsets beyond them */
+		a->failed = !stop_flag;
 		return;
+	}
 	a->unloaded = 0;
 	log_info("recovered: loading again from the stored offsets");
+}
+
+/* Re-seeks to the stored offsets; if that fails, recovery runs (a
+ * partition could otherwise stay where the broker put it). */
+static void
+reseek(struct app *a)
+{
+	if (consumer_reseek(a->cons) < 0 && !stop_flag)
+		a->failed = 1;
 }
 
 /* The broker no longer has the offset we need: record the range in
@@ -286,7 +299,7 @@ out_of_range(struct app *a, int32_t p, int64_t at, const char *what)
 	if (consumer_watermarks(a->cons, p, &low, &high, err, sizeof(err)) < 0) {
 		log_error("offset %lld of partition %d out of range and %s", (long long)from, p, err);
 		idle_poll(a, 1000);
-		consumer_reseek(a->cons);
+		reseek(a);
 		return;
 	}
 	if (from < low) {
@@ -303,7 +316,7 @@ out_of_range(struct app *a, int32_t p, int64_t at, const char *what)
 	} else {
 		log_warnx("partition %d: out of range at %lld, but the broker has %lld..%lld; "
 		    "re-seeking", p, (long long)from, (long long)low, (long long)high);
-		consumer_reseek(a->cons);
+		reseek(a);
 		return;
 	}
 	log_error("LOST EVENTS: topic %s partition %d: %s", a->conf.kafka_topic, p, reason);
@@ -313,7 +326,7 @@ out_of_range(struct app *a, int32_t p, int64_t at, const char *what)
 		return;
 	}
 	stats_add_lost();
-	consumer_reseek(a->cons);
+	reseek(a);
 }
 
 /* Takes one message: to the builder (which then owns it; returns 1), or
