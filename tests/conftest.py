@@ -116,7 +116,15 @@ class Procs:
 
 
 @pytest.fixture
-def procs(workdir):
+def procs(request, workdir):
+    # The services the test uses are set up first so that they are torn
+    # down after its programs: pytest tears fixtures down in reverse order
+    # of setup, and a test naming procs first had its broker, Redis and
+    # database gone before the programs were stopped (their exits then ran
+    # through error paths: a 5 s flush to no broker, a dropped database).
+    for name in ("pg", "own_pg", "empty_db", "redis", "broker"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name)
     p = Procs(workdir)
     yield p
     errors = p.stop_all()

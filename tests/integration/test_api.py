@@ -3,6 +3,7 @@ the three code strategies, validation rules, and creation with Redis down."""
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -343,6 +344,11 @@ def test_failed_batch_returns_its_pool_codes(procs, own_pg, redis):
     # the key check is cached for 5 s: this create renews it
     assert api.create(url="https://example.com/warm2").status_code == 201
     before = int(redis.cli("SCARD", key))
+
+    def calls(cmd):
+        m = re.search(rf"cmdstat_{cmd}:calls=(\d+)", redis.cli("INFO", "commandstats"))
+        return int(m.group(1)) if m else 0
+    spops, sadds = calls("spop"), calls("sadd")
     own_pg.stop(mode="fast")
     try:
         with concurrent.futures.ThreadPoolExecutor(8) as ex:
@@ -350,6 +356,8 @@ def test_failed_batch_returns_its_pool_codes(procs, own_pg, redis):
                              .status_code, range(16)))
         assert st == [503] * 16, st
         assert int(redis.cli("SCARD", key)) == before
+        # codes were taken and given back (not merely never taken)
+        assert calls("spop") > spops and calls("sadd") > sadds
     finally:
         own_pg.start()
 
@@ -377,6 +385,10 @@ def test_failed_batch_puts_reserve_codes_back(procs, own_pg, redis):
     assert r.status_code == 200, r.text
     assert [x["status"] for x in r.json()["results"]] == [503] * 5, r.text
     assert own_pg.psql(unused_claimed) == "0"
+    # five were claimed and put back (a put-back code's update_time is past
+    # its create_time; a refill's insert has them equal)
+    assert own_pg.psql("SELECT count(*) FROM unique_code WHERE status = 0 "
+                       "AND update_time > create_time") == "5"
     # the reserve still serves: a create that does not trip the trigger
     r = api.req("POST", "/api/v1/links/bulk", {"links": [{"url": "https://fine.example/"}]})
     assert r.json()["results"][0]["status"] == 201, r.text
@@ -658,10 +670,15 @@ def test_singles_do_not_hold_http_threads(procs, pg, redis):
     with concurrent.futures.ThreadPoolExecutor(16) as ex:
         futs = [ex.submit(stream, i) for i in range(16)]
         deadline = time.time() + 120
-        while int(pg.psql("SELECT count(*) FROM url_link")) < 400:
-            assert time.time() < deadline and api.proc.alive(), "the create stream stalled"
-            assert not any(f.done() for f in futs), [f.exception() for f in futs if f.done()]
-            time.sleep(0.05)
+        try:
+            while int(pg.psql("SELECT count(*) FROM url_link")) < 400:
+                assert time.time() < deadline and api.proc.alive(), "the create stream stalled"
+                assert not any(f.done() for f in futs), [f.exception() for f in futs if f.done()]
+                time.sleep(0.05)
+        except BaseException:
+            stop.set()  # the streams end (else leaving the pool waited on them forever)
+            api.proc.send_signal(signal.SIGTERM)
+            raise
         stop.set()
         api.proc.send_signal(signal.SIGTERM)
         got = [x for f in futs for x in f.result()]

@@ -27,8 +27,16 @@ def start(var, port):
             env = dict(l.strip().split("=", 1) for l in open(env_path) if "=" in l)
             return p, {k: v.strip("'") for k, v in env.items()}
         time.sleep(0.2)
-    p.kill()
-    raise AssertionError(f"run.env not written:\n{p.stdout.read()}")
+    # SIGINT, not SIGKILL: the script stops the services it started (each
+    # in a session of its own, which a SIGKILL of the script would orphan
+    # into the later tests)
+    p.send_signal(signal.SIGINT)
+    try:
+        out, _ = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+    raise AssertionError(f"run.env not written:\n{out}")
 
 
 def stop(p):

@@ -360,13 +360,15 @@ def test_redirector_sigterm_under_load_delivers_every_event(procs, pg, redis, br
     codes = [red.create(url=f"https://example.com/t{i}")["code"] for i in range(4)]
     stop, lock = threading.Event(), threading.Lock()
     out = {"sent": set(), "answered": {}}
-    threads = [threading.Thread(target=hammer, args=(red.port, codes, f"c{t}", stop, out, lock))
-               for t in range(4)]
+    threads = [threading.Thread(target=hammer, args=(red.port, codes, f"c{t}", stop, out, lock),
+                                daemon=True) for t in range(4)]
     for t in threads:
         t.start()
-    wait_for(lambda: len(out["answered"].get(302, ())) >= 800, 60, "load")
-    rc = red.proc.stop()  # SIGTERM while the clients keep sending
-    stop.set()
+    try:
+        wait_for(lambda: len(out["answered"].get(302, ())) >= 800, 60, "load")
+        rc = red.proc.stop()  # SIGTERM while the clients keep sending
+    finally:
+        stop.set()  # a failed wait must not leave the clients retrying forever
     for t in threads:
         t.join(30)
     assert rc == 0, red.proc.output()[-3000:]
