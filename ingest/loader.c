@@ -516,7 +516,7 @@ insert_rejects(struct loader *l, const struct batch *b, char *errstr, size_t err
 		snprintf(off, sizeof(off), "%lld", (long long)rj->offset);
 		r = PQexecParams(l->conn, "INSERT INTO visit_reject (topic, kafka_partition,"
 		    " kafka_offset, raw, reason) VALUES ($1, $2, $3, $4, $5)"
-		    " ON CONFLICT (topic, kafka_partition, kafka_offset) DO NOTHING",
+		    " ON CONFLICT (topic, kafka_partition, kafka_offset, md5(raw)) DO NOTHING",
 		    5, NULL, params, lens, fmts, 0);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 			set_pg_error(l->conn, r, "insert reject", errstr, errstr_size);

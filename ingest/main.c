@@ -294,8 +294,14 @@ out_of_range(struct app *a, int32_t p, int64_t at, const char *what)
 	if (a->failed || builder_failed(a->builder))
 		return;
 	from = consumer_expected(a->cons, p);
-	if (from < 0)
-		from = at;
+	if (from < 0) {
+		/* not ours (any more): a stale error from before a rebalance.
+		 * Recording it would force the partition's stored offset back
+		 * and log events another member loaded as lost. */
+		log_warnx("partition %d: out of range at %lld, but it is not assigned here; "
+		    "ignored", p, (long long)at);
+		return;
+	}
 	if (consumer_watermarks(a->cons, p, &low, &high, err, sizeof(err)) < 0) {
 		log_error("offset %lld of partition %d out of range and %s", (long long)from, p, err);
 		idle_poll(a, 1000);

@@ -479,6 +479,26 @@ def test_malformed_events_rejected_and_replays_stored_once(procs, pg, broker):
         sum(1 for g in good if g["link_id"] is not None)
 
 
+def test_reject_at_a_reused_offset_is_kept(procs, pg, broker):
+    """After a topic is recreated its offsets start again: a malformed
+    message at an offset where an old reject is stored is kept as well (it
+    was dropped by ON CONFLICT on topic, partition and offset); the same
+    message loaded twice is still kept once."""
+    pg.psql(f"INSERT INTO visit_reject (topic, kafka_partition, kafka_offset, raw, reason) "
+            f"VALUES ('{broker.topic}', 0, 0, 'old'::bytea, 'bad JSON (an older topic)')")
+    ing = start_ingest(procs, pg, broker, batch_max_events=50)
+    produce(broker.bootstrap, broker.topic, [b"{not json"], partition=0)
+    wait_counts(pg, 0, 2, proc=ing)
+    assert pg.psql("SELECT string_agg(convert_from(raw, 'UTF8'), ',' ORDER BY id) "
+                   "FROM visit_reject WHERE kafka_partition = 0 AND kafka_offset = 0") == \
+        "old,{not json"
+    r = pg.psql(f"INSERT INTO visit_reject (topic, kafka_partition, kafka_offset, raw, reason) "
+                f"VALUES ('{broker.topic}', 0, 0, '{{not json'::bytea, 'again') "
+                f"ON CONFLICT (topic, kafka_partition, kafka_offset, md5(raw)) DO NOTHING "
+                f"RETURNING id")
+    assert r in ("", "INSERT 0 0"), r  # no row: the same message is kept once
+
+
 def test_user_agents_cut_inside_a_character_are_stored(procs, pg, broker):
     """uap-core's groups count bytes ("[^;]{0,30}"): on a multibyte user agent
     one can end inside a character. The fields keep whole characters, so the
