@@ -8,6 +8,10 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'hll') THEN
         CREATE EXTENSION IF NOT EXISTS hll;
     END IF;
+EXCEPTION WHEN insufficient_privilege THEN
+    -- hll is not a trusted extension: a database owner who is not a
+    -- superuser cannot create it (a superuser can, before migrating)
+    RAISE NOTICE 'hll is installed but this role may not create it: exact visitor sets';
 END $$;
 
 CREATE TABLE link_hour (

@@ -11,12 +11,23 @@
 --   "tags <> '{}'" so that the planner can use it (a link with the tag has a
 --   non-empty array anyway). Bulk creates: ~1-2 us less per link.
 -- Rebuilding both takes a lock on url_link for the time of the build; on a
--- large table run the two CREATE INDEX CONCURRENTLY by hand first.
+-- large table build them by hand first (DROP INDEX CONCURRENTLY, then the
+-- two CREATE INDEX CONCURRENTLY below): an index that already has the new
+-- definition is kept.
 
-DROP INDEX IF EXISTS url_link_md5_idx;
-CREATE INDEX url_link_md5_idx ON url_link USING hash (long_url_md5) WHERE deleted = 0;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = 'url_link_md5_idx'
+                   AND indexdef LIKE '%USING hash (long_url_md5) WHERE (deleted = 0)') THEN
+        DROP INDEX IF EXISTS url_link_md5_idx;
+        CREATE INDEX url_link_md5_idx ON url_link USING hash (long_url_md5) WHERE deleted = 0;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = 'url_link_tags_idx'
+                   AND indexdef LIKE '%USING gin (tags) WHERE (tags <> ''{}''::text[])') THEN
+        DROP INDEX IF EXISTS url_link_tags_idx;
+        CREATE INDEX url_link_tags_idx ON url_link USING gin (tags) WHERE tags <> '{}';
+    END IF;
+END $$;
 COMMENT ON INDEX url_link_md5_idx IS 'Dedupe lookup: links by MD5 of the long URL (equality only; hash index). Query with long_url_md5 = ... AND deleted = 0.';
 
-DROP INDEX IF EXISTS url_link_tags_idx;
-CREATE INDEX url_link_tags_idx ON url_link USING gin (tags) WHERE tags <> '{}';
 COMMENT ON INDEX url_link_tags_idx IS 'Links by tag: query with tags @> ARRAY[...] AND tags <> ''{}'' (links without tags are not in this index).';

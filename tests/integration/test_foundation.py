@@ -133,6 +133,13 @@ def test_partition_bounds_are_utc_months_in_any_session_zone(empty_db):
                             f"SELECT visit_record_ensure_partition('{ts}')"],
                            capture_output=True, text=True, env=env)
         assert r.returncode == 0, r.stderr
+    # a zone printed as an ambiguous abbreviation (DateStyle SQL: Shanghai's
+    # CST read back as US Central) made June start at 14:00 UTC (0019)
+    for tz, ts in (("Asia/Shanghai", "2031-06-15 12:00+00"), ("Asia/Kolkata", "2031-08-15 12:00+00")):
+        r = subprocess.run(["psql", "-XAtq", "-d", empty_db.url, "-c",
+                            f"SELECT visit_record_ensure_partition('{ts}')"], capture_output=True,
+                           text=True, env=dict(env, PGTZ=tz, PGDATESTYLE="SQL, DMY"))
+        assert r.returncode == 0, r.stderr
 
     def bounds():
         return dict(line.split("|") for line in empty_db.psql(
@@ -168,6 +175,72 @@ def test_partition_bounds_are_utc_months_in_any_session_zone(empty_db):
     assert got["visit_record_209905"].endswith("TO ('2099-05-31 00:00:00+00')")
     assert "visit_record_209905: bounds" in r.stderr and "holds rows" in r.stderr, r.stderr
     assert "209903" not in r.stderr
+
+
+def test_two_sessions_make_one_month_at_once(pg):
+    """Two lanes (or consumers) at a new month's first batch: the second
+    waits for the first's partition and uses it. It failed with "relation
+    already exists" (42P07): to_regclass's answer from before the wait was
+    cached in the session (0019)."""
+    first = subprocess.Popen(["psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-d", pg.url, "-c",
+                              "BEGIN; SELECT visit_record_ensure_partition('2032-05-10'); "
+                              "SELECT pg_sleep(3); COMMIT;"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 10
+    while pg.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "0":
+        assert time.time() < deadline and first.poll() is None, first.communicate()
+        time.sleep(0.05)
+    second = subprocess.run(["psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-d", pg.url, "-c",
+                             "SELECT visit_record_ensure_partition('2032-05-20')"],
+                            capture_output=True, text=True, timeout=30)
+    out, err = first.communicate(timeout=30)
+    assert first.returncode == 0, err
+    assert second.returncode == 0 and second.stdout.strip() == "visit_record_203205", second
+
+
+def test_detached_month_is_named(pg):
+    """A month detached and not yet dropped (retention's first step) is not
+    taken for a partition: rows of that month would fail with "no partition
+    found"; the function says which table is in the way (0019)."""
+    assert pg.psql("SELECT visit_record_ensure_partition('2031-07-15')") == "visit_record_203107"
+    pg.psql("ALTER TABLE visit_record DETACH PARTITION visit_record_203107")
+    r = subprocess.run(["psql", "-XAtq", "-d", pg.url, "-c",
+                        "SELECT visit_record_ensure_partition('2031-07-20')"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "not a partition of visit_record" in r.stderr, r
+    pg.psql("DROP TABLE visit_record_203107")
+    assert pg.psql("SELECT visit_record_ensure_partition('2031-07-20')") == "visit_record_203107"
+
+
+def test_links_of_a_period_use_an_index(pg):
+    """reports --all's list of links with visits in a range reads an index
+    on (hour, url_link_id), not the whole link_hour table (0019)."""
+    plan = pg.psql("SET enable_seqscan = off; EXPLAIN SELECT DISTINCT url_link_id FROM link_hour "
+                   "WHERE hour >= '2024-05-01' AND hour < '2024-05-03'")
+    assert "link_hour_period_idx" in plan, plan
+
+
+def test_migrations_as_a_database_owner_who_is_not_a_superuser(empty_db):
+    """hll is not a trusted extension: an owner who is not a superuser may
+    not create it, and 0004 stopped the whole run. It falls back to exact
+    visitor sets (link_hour_visitor)."""
+    role = f"lp_owner_{os.getpid()}"
+    # PostgreSQL 15: schema public belongs to pg_database_owner, the owner creates there
+    empty_db.psql(f"CREATE ROLE {role} LOGIN; ALTER DATABASE {empty_db.dbname} OWNER TO {role}",
+                  db="postgres")
+    try:
+        url = f"postgresql://{role}@127.0.0.1:{empty_db.port}/{empty_db.dbname}"
+        r = subprocess.run([os.path.join(lpstack.ROOT, "schemas/migrate.sh"), url],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert empty_db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'hll'") == "0"
+        assert empty_db.psql("SELECT to_regclass('link_hour_visitor') IS NOT NULL") == "t"
+        assert empty_db.psql("SELECT count(*) FROM schema_migrations") == \
+            str(len(migration_versions()))
+    finally:
+        empty_db.psql(f"ALTER DATABASE {empty_db.dbname} OWNER TO postgres", db="postgres")
+        empty_db.psql(f"REASSIGN OWNED BY {role} TO postgres; DROP OWNED BY {role}")
+        empty_db.psql(f"DROP ROLE {role}", db="postgres")
 
 
 def _produce(bootstrap, n, timeout=10.0):
