@@ -50,6 +50,7 @@ body_json(struct http_req *req, enum MHD_Result *res)
  * worker runs it, so no HTTP thread waits (with a few threads, a waiting one
  * would hold up every other connection it serves). */
 struct create_ctx {
+	struct api *a;
 	json_t *body;                   /* owned */
 	struct links_pending *pending;  /* owned */
 	struct http_deferred *deferred;
@@ -61,6 +62,15 @@ create_ctx_free(struct create_ctx *c)
 	links_pending_free(c->pending);
 	json_decref(c->body);
 	free(c);
+}
+
+static void
+tell_created(struct api *a, const json_t *link)
+{
+	const char *code = json_string_value(json_object_get(link, "code"));
+
+	if (a->created != NULL && code != NULL)
+		a->created(a->created_ctx, code);
 }
 
 /* On the connection's thread once the create finished (req NULL: the
@@ -82,6 +92,8 @@ create_resumed(void *arg, struct http_req *req)
 		return http_error(req, 503, "internal", NULL, "out of memory");
 	}
 	rc = links_pending_result(c->pending, &out, &created, &err);
+	if (rc == 0 && created)
+		tell_created(c->a, out);
 	create_ctx_free(c);
 	return rc < 0 ? links_error(req, &err) : http_json(req, created ? 201 : 200, out);
 }
@@ -109,6 +121,7 @@ create_one(struct api *a, struct http_req *req, long long key)
 		json_decref(body);
 		return http_error(req, 503, "internal", NULL, "out of memory");
 	}
+	c->a = a;
 	c->body = body;
 	/* Suspended before the worker can finish it and resume it; not when the
 	 * server is stopping: then the create runs and answers on this thread. */
@@ -158,6 +171,8 @@ bulk_work(struct bulk_ctx *c)
 			json_array_append_new(results, json_pack("{s:i, s:o}", "status",
 			    res_v[i].err.status, "error", e));
 		} else {
+			if (res_v[i].created)
+				tell_created(c->a, res_v[i].link);
 			json_array_append_new(results, json_pack("{s:i, s:o}", "status",
 			    res_v[i].created ? 201 : 200, "link", res_v[i].link));
 		}

@@ -19,8 +19,10 @@
 struct http_server {
 	struct MHD_Daemon *d;
 	http_handler handler;
+	http_observer observe;
 	void *ctx;
 	size_t max_body;
+	size_t max_header;
 	atomic_int deferred;  /* deferred requests not yet answered (or gone) */
 	atomic_int stopping;  /* http_stop began: no new deferrals */
 };
@@ -33,6 +35,8 @@ struct reqstate {
 	int too_big;
 	int discard;    /* the body is read and dropped, not kept */
 	int started;    /* the headers-only first call has been seen */
+	int reject;     /* 400 or 431 found in the headers (answered at the end) */
+	const char *reject_why;
 	double start;
 	http_resume_fn resume_fn;  /* set while an answer is deferred */
 	void *resume_arg;
@@ -186,25 +190,43 @@ http_error(struct http_req *req, unsigned status, const char *code, const char *
 	return http_json(req, status, error_body(code, field, msg));
 }
 
-/* Adds Location: url to resp (MHD copies it), its bytes of 0x80 or more as
- * %XX (see http_redirect_response). MHD_NO when out of memory. */
+/* 1 for a byte a Location sends as %XX: bytes of 0x80 or more (UTF-8) and
+ * the ASCII characters a URI may not hold as they are (RFC 3986: space,
+ * " < > \\ ^ ` { | }); '%' itself stays, as the URL's own escapes do. */
+static int
+location_escapes(unsigned char c)
+{
+	return c >= 0x80 || c == ' ' || c == '"' || c == '<' || c == '>' || c == '\\' ||
+	    c == '^' || c == '`' || c == '{' || c == '|' || c == '}';
+}
+
+size_t
+http_location_length(const char *url)
+{
+	size_t n = 0;
+
+	for (const unsigned char *p = (const unsigned char *)url; *p != '\0'; p++)
+		n += location_escapes(*p) ? 3 : 1;
+	return n;
+}
+
+/* Adds Location: url to resp (MHD copies it), with location_escapes bytes
+ * as %XX (see http_redirect_response). MHD_NO when out of memory. */
 static enum MHD_Result
 add_location(struct MHD_Response *resp, const char *url)
 {
 	static const char hex[] = "0123456789ABCDEF";
-	size_t high = 0, n = 0;
+	size_t n = http_location_length(url);
 	enum MHD_Result rc;
 	char *enc, *w;
 
-	for (const unsigned char *p = (const unsigned char *)url; *p != '\0'; p++, n++)
-		high += *p >= 0x80;
-	if (high == 0)
+	if (n == strlen(url))
 		return MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, url);
-	if ((enc = malloc(n + 2 * high + 1)) == NULL)
+	if ((enc = malloc(n + 1)) == NULL)
 		return MHD_NO;
 	w = enc;
 	for (const unsigned char *p = (const unsigned char *)url; *p != '\0'; p++) {
-		if (*p < 0x80) {
+		if (!location_escapes(*p)) {
 			*w++ = (char)*p;
 		} else {
 			*w++ = '%';
@@ -350,6 +372,83 @@ http_header_join(struct http_req *req, const char *name, char *buf, size_t size)
 	return buf;
 }
 
+/* libmicrohttpd's %HH decoding, with a decoded NUL made 0x7f: a path is
+ * read as a C string, and "/code%00xyz" redirected as "/code" (a link
+ * reachable at any number of other paths; PATCH /api/v1/links/code%00x
+ * changed "code"). 0x7f is in no code, alias or route. */
+static size_t
+unescape_cb(void *cls, struct MHD_Connection *conn, char *s)
+{
+	size_t n = MHD_http_unescape(s);
+
+	(void)cls;
+	(void)conn;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] == '\0')
+			s[i] = 0x7f;
+	return n;
+}
+
+static enum MHD_Result
+count_host(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	(void)kind;
+	(void)value;
+	*(int *)cls += key != NULL && strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0;
+	return MHD_YES;
+}
+
+/* The path of an absolute-form target ("http://host/path", RFC 9112
+ * 3.2.2, sent to proxies and accepted from anyone), the origin-form one as
+ * it is; NULL for a target that is neither (answered 400). */
+static const char *
+target_path(const char *url)
+{
+	const char *p;
+
+	if (url[0] == '/')
+		return url;
+	if (strncasecmp(url, "http://", 7) == 0)
+		p = url + 7;
+	else if (strncasecmp(url, "https://", 8) == 0)
+		p = url + 8;
+	else
+		return NULL;
+	p = strchr(p, '/');
+	return p != NULL ? p : "/";
+}
+
+/* Checks of the request head, on the headers-only first call: the request
+ * line and headers within max_header_bytes (the connection's memory has
+ * room for the response's headers too: a Location of up to
+ * HTTP_LOCATION_MAX bytes), one Host header (HTTP/1.1 needs it, two are
+ * ambiguous: RFC 9112 3.2), a target that is a path or an absolute URL. */
+static void
+check_head(struct http_server *s, struct reqstate *st, struct MHD_Connection *conn,
+           const char *url, const char *version)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
+	    MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+	int hosts = 0;
+
+	if (ci != NULL && ci->header_size > s->max_header) {
+		st->reject = 431;
+		st->reject_why = "request line and headers are larger than max_header_bytes";
+		return;
+	}
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, count_host, &hosts);
+	if (hosts > 1 || (hosts == 0 && strcmp(version, MHD_HTTP_VERSION_1_1) == 0)) {
+		st->reject = 400;
+		st->reject_why = hosts > 1 ? "more than one Host header" :
+		    "an HTTP/1.1 request needs a Host header";
+		return;
+	}
+	if (target_path(url) == NULL) {
+		st->reject = 400;
+		st->reject_why = "the request target is neither a path nor an absolute URL";
+	}
+}
+
 static enum MHD_Result
 access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
           const char *version, const char *upload_data, size_t *upload_data_size,
@@ -359,9 +458,9 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	struct reqstate *st = *req_cls;
 	struct http_req req;
 	const union MHD_ConnectionInfo *ci;
+	enum MHD_Result r;
 	char *q;
 
-	(void)version;
 	if (st == NULL)
 		return MHD_NO;
 	if (*upload_data_size > 0) {
@@ -393,6 +492,7 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	/* The first call carries headers only; the body (if any) follows. */
 	if (!st->started) {
 		st->started = 1;
+		check_head(s, st, conn, url, version);
 		/* Only a request that may take a body and carries credentials
 		 * keeps one: the bodies of others (a redirect's, an API call
 		 * without a key, answered 401) are read and dropped, so clients
@@ -408,7 +508,7 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	req.priv = st;
 	req.conn = conn;
 	req.method = method;
-	req.path = url;
+	req.path = st->reject ? url : target_path(url);
 	req.rawuri = st->rawuri;
 	q = strchr(st->rawuri, '?');
 	req.query = q ? q + 1 : NULL;
@@ -419,17 +519,24 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	req.peer = ci ? ci->client_addr : NULL;
 	if (st->resume_fn != NULL) {  /* resumed: the deferred answer */
 		http_resume_fn fn = st->resume_fn;
-		enum MHD_Result r;
 
 		st->resume_fn = NULL;
 		r = fn(st->resume_arg, &req);
 		atomic_fetch_sub(&s->deferred, 1);
-		return r;
-	}
-	if (st->too_big)
-		return http_error(&req, 413, "body_too_large", NULL,
+	} else if (st->reject) {
+		r = http_error(&req, (unsigned)st->reject, st->reject == 431 ?
+		    "header_too_large" : "bad_request", NULL, "%s", st->reject_why);
+	} else if (st->too_big) {
+		r = http_error(&req, 413, "body_too_large", NULL,
 		    "request body is larger than %zu bytes", s->max_body);
-	return s->handler(s->ctx, &req);
+	} else {
+		r = s->handler(s->ctx, &req);
+	}
+	/* every answer, the deferred ones when they are sent (status 0: the
+	 * handler deferred it) */
+	if (req.status != 0 && s->observe != NULL)
+		s->observe(s->ctx, &req);
+	return r;
 }
 
 struct http_deferred *
@@ -497,8 +604,10 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 		return NULL;
 	}
 	s->handler = handler;
+	s->observe = conf->observe;
 	s->ctx = ctx;
 	s->max_body = conf->max_body;
+	s->max_header = conf->max_header;
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons((uint16_t)conf->port);
@@ -515,7 +624,8 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 	    MHD_OPTION_THREAD_POOL_SIZE, (unsigned)conf->threads,
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)conf->max_connections,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conf->timeout_s,
-	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, conf->max_header,
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, conf->max_header + HTTP_LOCATION_MAX + 1024,
+	    MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL,
 	    MHD_OPTION_URI_LOG_CALLBACK, uri_logger, s,
 	    MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
 	    MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,

@@ -30,6 +30,19 @@ typedef enum MHD_Result (*http_resume_fn)(void *arg, struct http_req *req);
 /* Returns an MHD_Result from one of the responders below. */
 typedef enum MHD_Result (*http_handler)(void *ctx, struct http_req *req);
 
+/* Sees every request once it is answered (req->status set): the handler's
+ * answers, deferred ones when they are sent, and http.c's own (400, 413,
+ * 431). */
+typedef void (*http_observer)(void *ctx, const struct http_req *req);
+
+/* Longest Location a redirect sends (http_location_length): the
+ * connection's memory holds the request's head and the response's. */
+#define HTTP_LOCATION_MAX 4096
+
+/* Bytes of url as a Location header: UTF-8 and the characters a URI may
+ * not hold as they are go as %XX. */
+size_t http_location_length(const char *url);
+
 struct http_conf {
 	const char *addr;        /* listen address, e.g. "127.0.0.1" or "0.0.0.0" */
 	int port;
@@ -37,7 +50,8 @@ struct http_conf {
 	int max_connections;
 	int timeout_s;           /* idle connection timeout */
 	size_t max_body;         /* larger bodies get 413 */
-	size_t max_header;       /* per-connection memory for headers */
+	size_t max_header;       /* largest request line and headers (bigger: 431) */
+	http_observer observe;   /* or NULL */
 };
 
 struct http_server;

@@ -5,6 +5,7 @@
 #include "linkbatch.h"
 #include "digest.h"
 #include "errstr.h"
+#include "http.h"
 #include "log.h"
 #include "pool.h"
 #include "rfc3339.h"
@@ -212,6 +213,12 @@ links_check_url(struct links *L, const char *url, const char *field, struct link
 		if ((unsigned char)url[i] < 0x20 || url[i] == 0x7f)
 			return links_fail(err, 400, "invalid_url", field,
 			    "%s contains a control character at position %zu", field, i);
+	/* as the redirect sends it: a link created longer never redirected
+	 * (libmicrohttpd dropped the connection, no room for its header) */
+	if (http_location_length(url) > HTTP_LOCATION_MAX)
+		return links_fail(err, 400, "invalid_url", field, "%s is %zu bytes as a Location "
+		    "header (non-ASCII bytes and characters such as space or \" go as %%XX); at "
+		    "most %d", field, http_location_length(url), HTTP_LOCATION_MAX);
 	if ((h = curl_url()) == NULL)
 		return links_fail(err, 503, "internal", NULL, "out of memory");
 	rc = curl_url_set(h, CURLUPART_URL, url, 0);

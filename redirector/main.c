@@ -208,15 +208,25 @@ metrics_answer(struct app *app, struct http_req *req)
 	return r;
 }
 
-static enum MHD_Result route(void *ctx, struct http_req *req);
-
-/* Every request the handler answers: counted by status, timed, and logged
- * at debug level. */
-static enum MHD_Result
-handle(void *ctx, struct http_req *req)
+/* A create made code (api.c): forget that it was unknown here (the
+ * negative cache kept a code just created answering 404 for up to
+ * cache_negative_ttl_ms on this process). */
+static void
+created(void *ctx, const char *code)
 {
 	struct app *app = ctx;
-	enum MHD_Result r = route(ctx, req);
+
+	redirect_invalidate(app->redir, code);
+}
+
+/* Every answered request (http_observer: a create deferred and answered
+ * later too, and http.c's own 400/413/431): counted by status, timed from
+ * its arrival, and logged at debug level. Creates were not counted: their
+ * handler defers them and the answer was sent past this. */
+static void
+observe(void *ctx, const struct http_req *req)
+{
+	struct app *app = ctx;
 	double dt = http_now() - req->start;
 	int st = req->status;
 
@@ -238,7 +248,6 @@ handle(void *ctx, struct http_req *req)
 	if (log_enabled(LOG_LVL_DEBUG))
 		log_debug("request method=%s path=%s status=%d duration_ms=%.3f", req->method,
 		    req->path, st, dt * 1000);
-	return r;
 }
 
 static enum MHD_Result
@@ -556,6 +565,8 @@ serve(struct app *app)
 	}
 	app->api.links = app->links;
 	app->api.pg = app->pg;
+	app->api.created = created;
+	app->api.created_ctx = app;
 
 	if (pool_start(app->pool, errstr, sizeof(errstr)) < 0) {
 		log_fatalx("%s", errstr);
@@ -568,7 +579,8 @@ serve(struct app *app)
 	hc.timeout_s = (int)cf->request_timeout_s;
 	hc.max_body = (size_t)cf->max_body_bytes;
 	hc.max_header = (size_t)cf->max_header_bytes;
-	if ((srv = http_start(&hc, handle, app, errstr, sizeof(errstr))) == NULL) {
+	hc.observe = observe;
+	if ((srv = http_start(&hc, route, app, errstr, sizeof(errstr))) == NULL) {
 		log_fatalx("%s", errstr);
 		return 1;
 	}

@@ -125,6 +125,12 @@ def test_redirector_metrics_move_with_traffic(procs, pg, redis, broker, workdir)
         val(before, "linkpulse_redirector_requests_total", '{status="404"}') == n404
     # the scrape before this one was answered with 200 and counted
     assert val(after, "linkpulse_redirector_requests_total", '{status="200"}') >= 1
+    # creates are counted when their deferred answer is sent (they were not)
+    assert val(after, "linkpulse_redirector_requests_total", '{status="201"}') >= 3
+    red.create(url="https://example.com/m-more")
+    once = scrape(red.port)
+    assert val(once, "linkpulse_redirector_requests_total", '{status="201"}') - \
+        val(after, "linkpulse_redirector_requests_total", '{status="201"}') == 1
     hist = "linkpulse_redirector_request_duration_seconds"
     assert val(after, hist + "_count") - val(before, hist + "_count") >= n302 + n404
     assert val(after, hist + "_bucket", '{le="+Inf"}') == val(after, hist + "_count")
