@@ -16,8 +16,9 @@
 -- range (SELECT DISTINCT url_link_id FROM link_hour WHERE hour in range);
 -- the primary key starts with url_link_id, so that read the whole table
 -- every run. Building it locks link_hour against writes (ingest waits) for
--- the build's time; on a large table run the CREATE INDEX CONCURRENTLY below
--- by hand first (IF NOT EXISTS then skips it).
+-- the build's time; on a large table run "CREATE INDEX CONCURRENTLY
+-- link_hour_period_idx ON link_hour (hour, url_link_id)" by hand first
+-- (IF NOT EXISTS below then skips it).
 
 CREATE OR REPLACE FUNCTION visit_record_ensure_partition(ts timestamptz) RETURNS text
 LANGUAGE plpgsql AS $$
