@@ -6,14 +6,18 @@ int
 monotime_cond_init(pthread_cond_t *cond)
 {
 	pthread_condattr_t a;
-	int rc;
+	int ok;
 
-	if ((rc = pthread_condattr_init(&a)) != 0)
-		return rc;
-	if ((rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC)) == 0)
-		rc = pthread_cond_init(cond, &a);
+	if (pthread_condattr_init(&a) != 0) {
+		pthread_cond_init(cond, NULL);
+		return -1;
+	}
+	ok = pthread_condattr_setclock(&a, CLOCK_MONOTONIC) == 0 &&
+	    pthread_cond_init(cond, &a) == 0;
 	pthread_condattr_destroy(&a);
-	return rc;
+	if (!ok)
+		pthread_cond_init(cond, NULL);
+	return ok ? 0 : -1;
 }
 
 void

@@ -7,8 +7,10 @@
 #include <pthread.h>
 #include <time.h>
 
-/* pthread_cond_init with CLOCK_MONOTONIC for pthread_cond_timedwait. 0 or
- * an error number. */
+/* pthread_cond_init with CLOCK_MONOTONIC for pthread_cond_timedwait.
+ * Returns 0, or -1 when the clock cannot be set (cond is then initialised
+ * with the defaults, so that pthread_cond_destroy may be called on it, but
+ * must not be waited on with monotime_deadline: fail the constructor). */
 int monotime_cond_init(pthread_cond_t *cond);
 
 /* *ts = now on CLOCK_MONOTONIC + ms: a deadline for a condition variable

@@ -38,7 +38,15 @@ pgpool_new(const char *dsn, int size, char *errstr, size_t errstr_size)
 	}
 	p->size = size;
 	pthread_mutex_init(&p->mtx, NULL);
-	monotime_cond_init(&p->cond);
+	if (monotime_cond_init(&p->cond) < 0) {
+		pthread_cond_destroy(&p->cond);
+		pthread_mutex_destroy(&p->mtx);
+		free(p->idle);
+		free(p->dsn);
+		free(p);
+		errstr_set(errstr, errstr_size, "pgpool: no CLOCK_MONOTONIC condition variable");
+		return NULL;
+	}
 	return p;
 }
 

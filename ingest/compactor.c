@@ -118,9 +118,8 @@ compactor_start(const char *dsn, int interval_s, char *errstr, size_t errstr_siz
 	}
 	c->interval_s = interval_s;
 	pthread_mutex_init(&c->mtx, NULL);
-	monotime_cond_init(&c->cond);
-	if (pthread_create(&c->thread, NULL, run, c) != 0) {
-		errstr_set(errstr, errstr_size, "pthread_create failed");
+	if (monotime_cond_init(&c->cond) < 0 || pthread_create(&c->thread, NULL, run, c) != 0) {
+		errstr_set(errstr, errstr_size, "pthread_create failed, or no CLOCK_MONOTONIC");
 		pthread_mutex_destroy(&c->mtx);
 		pthread_cond_destroy(&c->cond);
 		free(c->dsn);

@@ -23,6 +23,9 @@ struct consumer {
 	int64_t *expected;  /* indexed by partition, -1 unassigned */
 	int *lane;          /* indexed by partition: its loading lane */
 	int32_t nexpected;  /* entries of both */
+	/* owned: the partitions a re-seek failed to assign (the assignment
+	 * was already cleared), for the next re-seek; NULL none */
+	rd_kafka_topic_partition_list_t *retry;
 };
 
 static void
@@ -180,6 +183,10 @@ rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 {
 	struct consumer *c = opaque;
 
+	if (c->retry != NULL) { /* the group's word replaces it */
+		rd_kafka_topic_partition_list_destroy(c->retry);
+		c->retry = NULL;
+	}
 	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
 		if (fill_stored_offsets(c, parts) < 0) {
 			log_warnx("stopping: not assigning %d partitions", parts->cnt);
@@ -294,7 +301,10 @@ consumer_reseek(struct consumer *c)
 
 	if (c->drain)
 		c->drain(c->ctx);
-	if ((err = rd_kafka_assignment(c->rk, &parts)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+	if (c->retry != NULL) {
+		parts = c->retry;
+		c->retry = NULL;
+	} else if ((err = rd_kafka_assignment(c->rk, &parts)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		log_error("reading the assignment: %s", rd_kafka_err2str(err));
 		return -1;
 	}
@@ -305,8 +315,10 @@ consumer_reseek(struct consumer *c)
 	plan_lanes(c, parts); /* drained above: e.g. a backlog after an outage */
 	rd_kafka_assign(c->rk, NULL);
 	if ((err = rd_kafka_assign(c->rk, parts)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		/* cleared above: the next try assigns these, not the empty
+		 * assignment it would read */
 		log_error("re-assigning %d partitions: %s", parts->cnt, rd_kafka_err2str(err));
-		rd_kafka_topic_partition_list_destroy(parts);
+		c->retry = parts;
 		return -1;
 	}
 	log_info("re-assigned %d partitions at their stored offsets", parts->cnt);
@@ -346,6 +358,8 @@ consumer_close(struct consumer *c)
 		return;
 	rd_kafka_consumer_close(c->rk);
 	rd_kafka_destroy(c->rk);
+	if (c->retry != NULL)
+		rd_kafka_topic_partition_list_destroy(c->retry);
 	free(c->expected);
 	free(c->lane);
 	free(c->topic);

@@ -238,7 +238,9 @@ connect_lane(struct loader *l, char *errstr, size_t errstr_size)
 	 * fails and its batch is retried with backoff, /healthz saying so,
 	 * instead of stalling every partition of the lane without a word */
 	snprintf(set, sizeof(set), "SET TimeZone = 'UTC'; SET client_encoding = 'UTF8'; "
-	    "SET enable_hashagg = off; SET statement_timeout = %d", l->statement_timeout_ms);
+	    "SET enable_hashagg = off%s", l->statement_timeout_ms > 0 ? "; SET statement_timeout = " : "");
+	if (l->statement_timeout_ms > 0)
+		snprintf(set + strlen(set), sizeof(set) - strlen(set), "%d", l->statement_timeout_ms);
 	if (exec_ok(l, set, errstr, errstr_size) < 0)
 		goto fail;
 	r = PQexec(l->conn, "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('link_hour')"
@@ -516,7 +518,7 @@ insert_rejects(struct loader *l, const struct batch *b, char *errstr, size_t err
 		snprintf(off, sizeof(off), "%lld", (long long)rj->offset);
 		r = PQexecParams(l->conn, "INSERT INTO visit_reject (topic, kafka_partition,"
 		    " kafka_offset, raw, reason) VALUES ($1, $2, $3, $4, $5)"
-		    " ON CONFLICT (topic, kafka_partition, kafka_offset, md5(raw)) DO NOTHING",
+		    " ON CONFLICT DO NOTHING",  /* no target: either key (0018 or before) */
 		    5, NULL, params, lens, fmts, 0);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 			set_pg_error(l->conn, r, "insert reject", errstr, errstr_size);

@@ -82,7 +82,7 @@ static const struct cfg_opt ingest_tab[] = {
 	{ "compact_interval_s", CFG_INT, "60", 0, 86400, NULL, OFF(compact_interval_s), 0,
 	  "run link_day_dim_compact() this often, on its own connection (0: never; run it from cron)" },
 	{ "pg_statement_timeout_ms", CFG_INT, "60000", 0, 3600000, NULL, OFF(pg_statement_timeout_ms), 0,
-	  "a loading statement running (or waiting on a lock) longer fails and its batch is retried (0: no limit)" },
+	  "a loading statement running (or waiting on a lock) longer fails and its batch is retried (0: the server's or pg_dsn's)" },
 	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", OFF(log_level), 1, "log level" },
 	{ "log_format", CFG_ENUM, "logfmt", 0, 0, "logfmt|json", OFF(log_format), 1, "log line format" },
 	CFG_END

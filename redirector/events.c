@@ -907,8 +907,12 @@ events_new(const struct events_conf *conf, char *errstr, size_t errstr_size)
 		return NULL;
 	}
 	pthread_mutex_init(&ev->mtx, NULL);
-	monotime_cond_init(&ev->cond);
 	pthread_mutex_init(&ev->locals_mtx, NULL);
+	if (monotime_cond_init(&ev->cond) < 0) {
+		errstr_set(errstr, errstr_size, "events: " "cannot set up a condition variable on CLOCK_MONOTONIC");
+		events_close(ev);
+		return NULL;
+	}
 	if (pthread_key_create(&ev->tls, local_exit) != 0) {
 		errstr_set(errstr, errstr_size, "events: cannot create thread-local state");
 		events_close(ev);

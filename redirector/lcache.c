@@ -85,11 +85,11 @@ lcache_new(const struct lcache_conf *conf, char *errstr, size_t errstr_size)
 		struct shard *s = &c->shards[i];
 
 		pthread_mutex_init(&s->mtx, NULL);
-		monotime_cond_init(&s->cond);
 		s->mask = nb - 1;
-		if ((s->buckets = calloc(nb, sizeof(*s->buckets))) == NULL) {
+		if (monotime_cond_init(&s->cond) < 0 ||
+		    (s->buckets = calloc(nb, sizeof(*s->buckets))) == NULL) {
 			lcache_free(c);
-			errstr_set(errstr, errstr_size, "out of memory");
+			errstr_set(errstr, errstr_size, "out of memory or no CLOCK_MONOTONIC");
 			return NULL;
 		}
 	}

@@ -584,6 +584,10 @@ sql_round(struct links *L, struct linkbatch_item **it, size_t n)
 	pgpool_put(L->pg, c);
 	if (r == NULL) {
 		links_db_fail(&err, errstr);
+		/* the statement ran and failed: PostgreSQL answers, so the
+		 * claimed codes can go back (no connection at all: they stay,
+		 * rather than wait pgpool_get's 3 s again) */
+		unclaim(L, it, n);
 		goto fail_all;
 	}
 	for (int row = 0; row < PQntuples(r); row++) {
@@ -601,7 +605,6 @@ sql_round(struct links *L, struct linkbatch_item **it, size_t n)
 			it[i]->state = ST_FALLBACK;
 	goto out;
 fail_all:
-	unclaim(L, it, n);
 	for (size_t i = 0; i < n; i++)
 		if (it[i]->state == ST_CODE) {
 			item_fail(it[i], &err);

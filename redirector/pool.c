@@ -55,7 +55,13 @@ pool_new(struct pgpool *pg, struct kv *kv, struct bloom *bloom, int length,
 	p->size = -1;
 	snprintf(p->key, sizeof(p->key), POOL_KEY_FMT, length);
 	pthread_mutex_init(&p->mtx, NULL);
-	monotime_cond_init(&p->cond);
+	if (monotime_cond_init(&p->cond) < 0) {
+		pthread_cond_destroy(&p->cond);
+		pthread_mutex_destroy(&p->mtx);
+		free(p);
+		snprintf(errstr, errstr_size, "pool: no CLOCK_MONOTONIC condition variable");
+		return NULL;
+	}
 	return p;
 }
 

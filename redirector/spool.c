@@ -121,8 +121,8 @@ replay_seq(const char *name, unsigned long long *seq)
 {
 	unsigned long long v = 0;
 
-	if (strncmp(name, "replay-", 7) != 0 || strcmp(name + 7 + 16, ".spool") != 0 ||
-	    strlen(name) != 7 + 16 + 6)
+	if (strlen(name) != 7 + 16 + 6 || strncmp(name, "replay-", 7) != 0 ||
+	    strcmp(name + 7 + 16, ".spool") != 0)
 		return 0;
 	for (int i = 7; i < 7 + 16; i++) {
 		if (name[i] < '0' || name[i] > '9')
@@ -338,7 +338,10 @@ spool_open(const struct spool_conf *conf, char *errstr, size_t errstr_size)
 	s->lock_fd = -1;
 	pthread_mutex_init(&s->mtx, NULL);
 	pthread_mutex_init(&s->io, NULL);
-	monotime_cond_init(&s->cond);
+	if (monotime_cond_init(&s->cond) < 0) {
+		errstr_set(errstr, errstr_size, "spool: " "cannot set up a condition variable on CLOCK_MONOTONIC");
+		goto fail;
+	}
 	if (mkdirs(s->dir) < 0) {
 		errstr_set(errstr, errstr_size, "spool_dir %s: %s", s->dir, strerror(errno));
 		goto fail;

@@ -17,13 +17,18 @@
 
 DO $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = 'url_link_md5_idx'
-                   AND indexdef LIKE '%USING hash (long_url_md5) WHERE (deleted = 0)') THEN
+    -- kept only if valid: a failed CREATE INDEX CONCURRENTLY leaves an invalid one
+    IF NOT EXISTS (SELECT 1 FROM pg_indexes i JOIN pg_index x ON x.indexrelid =
+                   format('%I.%I', i.schemaname, i.indexname)::regclass
+                   WHERE i.indexname = 'url_link_md5_idx' AND x.indisvalid
+                   AND i.indexdef LIKE '%USING hash (long_url_md5) WHERE (deleted = 0)') THEN
         DROP INDEX IF EXISTS url_link_md5_idx;
         CREATE INDEX url_link_md5_idx ON url_link USING hash (long_url_md5) WHERE deleted = 0;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = 'url_link_tags_idx'
-                   AND indexdef LIKE '%USING gin (tags) WHERE (tags <> ''{}''::text[])') THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_indexes i JOIN pg_index x ON x.indexrelid =
+                   format('%I.%I', i.schemaname, i.indexname)::regclass
+                   WHERE i.indexname = 'url_link_tags_idx' AND x.indisvalid
+                   AND i.indexdef LIKE '%USING gin (tags) WHERE (tags <> ''{}''::text[])') THEN
         DROP INDEX IF EXISTS url_link_tags_idx;
         CREATE INDEX url_link_tags_idx ON url_link USING gin (tags) WHERE tags <> '{}';
     END IF;

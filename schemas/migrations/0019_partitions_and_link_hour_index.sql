@@ -18,7 +18,8 @@
 -- every run. Building it locks link_hour against writes (ingest waits) for
 -- the build's time; on a large table run "CREATE INDEX CONCURRENTLY
 -- link_hour_period_idx ON link_hour (hour, url_link_id)" by hand first
--- (IF NOT EXISTS below then skips it).
+-- (a valid index of that name is kept; an invalid one, left by a failed
+-- concurrent build, is built again).
 
 CREATE OR REPLACE FUNCTION visit_record_ensure_partition(ts timestamptz) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -53,7 +54,15 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION visit_record_ensure_partition(timestamptz) IS 'Creates visit_record_YYYYMM for the UTC month of ts if no such partition is attached, bounded by that month in UTC whatever the session''s TimeZone and DateStyle; safe to call from several sessions at once; fails naming the table when one of that name exists detached. Returns its name.';
 
-CREATE INDEX IF NOT EXISTS link_hour_period_idx ON link_hour (hour, url_link_id);
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+                   WHERE c.relname = 'link_hour_period_idx' AND x.indisvalid
+                   AND x.indrelid = 'link_hour'::regclass) THEN
+        DROP INDEX IF EXISTS link_hour_period_idx;
+        CREATE INDEX link_hour_period_idx ON link_hour (hour, url_link_id);
+    END IF;
+END $$;
 COMMENT ON INDEX link_hour_period_idx IS 'Links with visits in a period: WHERE hour >= ... AND hour < ... (reports --all). Neither column is ever updated, so link_hour''s upserts stay HOT.';
 
 COMMENT ON COLUMN link_hour.hour IS 'Start of the UTC hour: date_trunc(''hour'', visit_time, ''UTC'') (a timestamptz; compare it with timestamptz values, not with visit_time AT TIME ZONE ''UTC'', a timestamp without zone).';

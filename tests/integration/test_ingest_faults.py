@@ -265,7 +265,7 @@ def test_lock_wait_fails_the_batch_and_is_retried(procs, pg, broker):
     wait_counts(pg, 100, 0, timeout=60, proc=ing)
     locker = subprocess.Popen(
         [lpstack.PG_BIN + "/psql", "-X", "-q", "-d", pg.dsn, "-c",
-         "BEGIN; LOCK TABLE link_total IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(6); COMMIT;"],
+         "BEGIN; LOCK TABLE link_total IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(60); COMMIT;"],
         stdout=subprocess.DEVNULL)
     try:
         deadline = time.time() + 10
@@ -282,7 +282,9 @@ def test_lock_wait_fails_the_batch_and_is_retried(procs, pg, broker):
             time.sleep(0.02)
         assert "rolled back" in ing.output()
         assert counts(pg) == (100, 0)
-    finally:
+    finally:  # the lock goes when the test is done with it, not on a timer
+        pg.psql("SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
+                "WHERE wait_event = 'PgSleep'")
         locker.wait(timeout=30)
     wait_counts(pg, len(events), 0, timeout=60, proc=ing)
     assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(len(events))
