@@ -230,6 +230,24 @@ code_of(struct http_req *req, char *out, size_t size, const char **query)
 		p = req->query;
 		n = strcspn(p, "&");
 		*query = p[n] == '&' && p[n + 1] != '\0' ? p + n + 1 : NULL;
+		if (*query != NULL && **query == '\0')
+			*query = NULL;
+		if (memchr(p, '%', n) != NULL) {
+			/* raw here (the path form is decoded by libmicrohttpd):
+			 * "/?%68uTtLP" is "/?huTtLP", as "/%68uTtLP" is "/huTtLP" */
+			char tmp[3 * CODES_ALIAS_MAX + 1];
+			size_t m;
+
+			if (n == 0 || n >= sizeof(tmp))
+				return 0;
+			memcpy(tmp, p, n);
+			tmp[n] = '\0';
+			m = MHD_http_unescape(tmp);
+			if (m == 0 || m >= size || strlen(tmp) != m) /* a %00 */
+				return 0;
+			memcpy(out, tmp, m + 1);
+			return 1;
+		}
 	} else {
 		n = strlen(p);
 	}

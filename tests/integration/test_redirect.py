@@ -340,7 +340,8 @@ def test_request_targets_and_hosts(red):
     400 (its first character was dropped: "xCODE" redirected), an HTTP/1.1
     request without Host or with two is 400 (an HTTP/1.0 one needs none),
     and %00 in a path does not cut the code short ("/CODE%00xyz"
-    redirected as "/CODE")."""
+    redirected as "/CODE"); "/?%XXODE" decodes as "/%XXODE" does (it was
+    404)."""
     code = red.create(url="https://example.com/t")["code"]
     port = red.port
     st, h = raw_request(port, f"GET http://s.test/{code} HTTP/1.1\r\nHost: s.test\r\n"
@@ -358,6 +359,16 @@ def test_request_targets_and_hosts(red):
     assert (st, h.get("location")) == (302, "https://example.com/t")
     assert red.get(f"/{code}%00xyz").status_code == 404
     assert red.get(f"/{code}%00").status_code == 404
+    # the SMS form decodes its code as the path form does
+    # (raw requests: a client library may normalise %XX of a letter)
+    enc = f"%{ord(code[0]):02X}{code[1:]}"
+    for target in (f"/{enc}", f"/?{enc}&utm=1"):
+        st, h = raw_request(port, f"GET {target} HTTP/1.1\r\nHost: a\r\n"
+                            "Connection: close\r\n\r\n".encode())
+        assert (st, h.get("location")) == (302, "https://example.com/t"), target
+    st, _ = raw_request(port, f"GET /?{code}%00x HTTP/1.1\r\nHost: a\r\n"
+                        "Connection: close\r\n\r\n".encode())
+    assert st == 404
     r = api_any(red, "PATCH", f"/links/{code}%00x", {"url": "https://example.com/changed"})
     assert r.status_code == 404, r.text
     assert red.get("/" + code).headers["Location"] == "https://example.com/t"
