@@ -309,6 +309,11 @@ redirect_handle(struct redirect *r, struct http_req *req)
 		    "api", "/api/v1"));
 	if (!code_of(req, code, sizeof(code), &query))
 		return http_error(req, 404, "not_found", NULL, "no such short link");
+	/* What browsers and crawlers fetch by themselves (a browser showing a
+	 * 404 asks for its icon): never a code ('.' is in none), and not a
+	 * visit, so no orphan event. */
+	if (strcmp(code, "favicon.ico") == 0 || strcmp(code, "robots.txt") == 0)
+		return http_error(req, 404, "not_found", NULL, "no such short link");
 	if (codes_valid_alias(code) &&
 	    (e = lcache_get(r->cache, code, errstr, sizeof(errstr))) == NULL) {
 		log_warnx("redirect %s: %s", code, errstr);

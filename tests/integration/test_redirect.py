@@ -507,6 +507,18 @@ def test_long_path_and_big_headers(red):
     assert [e["code"] for _, e in evs] == [code], evs  # only the served request
 
 
+def test_favicon_and_robots_are_not_visits(red):
+    """/favicon.ico and /robots.txt (fetched by browsers and crawlers by
+    themselves) answer 404 and publish no orphan event; an unknown code
+    still does."""
+    for path in ("/favicon.ico", "/robots.txt", "/?favicon.ico"):
+        assert red.get(path).status_code == 404, path
+    assert red.get("/nosuchcode1").status_code == 404
+    evs = read_events(red.broker, 4, timeout=5,
+                      pred=lambda e: e["code"] in ("favicon.ico", "robots.txt", "nosuchcode1"))
+    assert [e["code"] for _, e in evs] == ["nosuchcode1"], evs
+
+
 def test_redis_down_still_redirects(red):
     warm = red.create(url="https://example.com/warm")["code"]
     cold = red.create(url="https://example.com/cold")["code"]
