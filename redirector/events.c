@@ -140,7 +140,7 @@ error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		if (rk == ev->rk_replay) {
 			atomic_store(&ev->replay_fatal, 1);
 			log_error("events: fatal error of the replay producer: %s; the spool is "
-			    "not replayed until restart (/readyz answers 503)", buf);
+			    "NOT REPLAYED until restart (new events still go to Kafka)", buf);
 		} else {
 			atomic_store(&ev->fatal, 1);
 			log_error("events: fatal producer error: %s; every event now goes to the "
@@ -1053,7 +1053,11 @@ events_connected(struct events *ev)
 int
 events_failed(struct events *ev)
 {
-	return atomic_load(&ev->fatal) || atomic_load(&ev->replay_fatal);
+	/* the live producer only: with the replay producer failed alone the
+	 * instance still sends every new event to Kafka, and taking it out of
+	 * rotation (everywhere at once, for a shared cause) would cost more
+	 * than the spool it cannot drain until restart */
+	return atomic_load(&ev->fatal);
 }
 
 /*

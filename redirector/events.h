@@ -81,12 +81,13 @@ uint64_t events_publish(struct events *ev, const struct events_visit *v);
 size_t events_encode(struct events *ev, const struct events_visit *v, uint64_t id,
                      const char **out);
 
-/* 1 while the producer reaches a broker (checked every second) and neither
- * producer has had a fatal error. */
+/* 1 while the producer reaches a broker (checked every second) and the live
+ * producer has had no fatal error. */
 int events_connected(struct events *ev);
 
-/* 1 after a fatal librdkafka error of either producer (idempotence lost,
- * ...): it lasts until restart, so /readyz says so. */
+/* 1 after a fatal librdkafka error of the live producer (idempotence lost,
+ * ...): it lasts until restart, so /readyz says so. (The replay producer's
+ * fatal error stops replay and is logged at error level.) */
 int events_failed(struct events *ev);
 
 void events_stats(struct events *ev, struct events_stats *out);
