@@ -215,12 +215,14 @@ connect_lane(struct loader *l, char *errstr, size_t errstr_size)
 	    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
 	    "dbname", NULL };
 	const char *vals[] = { "5", "linkpulse-ingest", "1", "10", "5", "3", "30000", l->dsn, NULL };
-	char set[160];
+	char set[160], tmo[24] = "DEFAULT"; /* DEFAULT: the server's or pg_dsn's */
 	PGresult *r;
 
 	if (l->conn && PQstatus(l->conn) == CONNECTION_OK &&
 	    PQtransactionStatus(l->conn) == PQTRANS_IDLE)
 		return 0;
+	if (l->statement_timeout_ms > 0)
+		snprintf(tmo, sizeof(tmo), "%d", l->statement_timeout_ms);
 	drop_conn(l);
 	l->conn = PQconnectdbParams(keys, vals, 1);
 	if (PQstatus(l->conn) != CONNECTION_OK) {
@@ -238,9 +240,7 @@ connect_lane(struct loader *l, char *errstr, size_t errstr_size)
 	 * fails and its batch is retried with backoff, /healthz saying so,
 	 * instead of stalling every partition of the lane without a word */
 	snprintf(set, sizeof(set), "SET TimeZone = 'UTC'; SET client_encoding = 'UTF8'; "
-	    "SET enable_hashagg = off%s", l->statement_timeout_ms > 0 ? "; SET statement_timeout = " : "");
-	if (l->statement_timeout_ms > 0)
-		snprintf(set + strlen(set), sizeof(set) - strlen(set), "%d", l->statement_timeout_ms);
+	    "SET enable_hashagg = off; SET statement_timeout = %s", tmo);
 	if (exec_ok(l, set, errstr, errstr_size) < 0)
 		goto fail;
 	r = PQexec(l->conn, "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('link_hour')"

@@ -229,6 +229,19 @@ idle_poll(struct app *a, int ms)
 	}
 }
 
+/* Re-seeks to the stored offsets. Returns 0, or -1 with recovery to run
+ * again (unless stopping): going on from where the consumer is could store
+ * offsets beyond messages a dropped batch held, and a partition could stay
+ * where the broker put it. */
+static int
+reseek(struct app *a)
+{
+	if (consumer_reseek(a->cons) == 0)
+		return 0;
+	a->failed = !stop_flag;
+	return -1;
+}
+
 /* After a failed load: reconnect with backoff, then re-seek every assigned
  * partition to the offsets stored in PostgreSQL. A load that fails again
  * soon after a recovery (a statement error on a working connection: a full
@@ -263,23 +276,10 @@ recover(struct app *a)
 	a->failed = 0;
 	a->recovered_ms = now_ms();
 	atomic_store(&unhealthy, 0);
-	if (consumer_reseek(a->cons) < 0) {
-		/* still past the dropped batch's messages: going on from here
-		 * would store offsets beyond them */
-		a->failed = !stop_flag;
+	if (reseek(a) < 0)
 		return;
-	}
 	a->unloaded = 0;
 	log_info("recovered: loading again from the stored offsets");
-}
-
-/* Re-seeks to the stored offsets; if that fails, recovery runs (a
- * partition could otherwise stay where the broker put it). */
-static void
-reseek(struct app *a)
-{
-	if (consumer_reseek(a->cons) < 0 && !stop_flag)
-		a->failed = 1;
 }
 
 /* The broker no longer has the offset we need: record the range in

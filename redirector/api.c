@@ -65,12 +65,16 @@ create_ctx_free(struct create_ctx *c)
 }
 
 static void
+tell_changed(struct api *a, const char *code)
+{
+	if (a->changed != NULL && code != NULL)
+		a->changed(a->changed_ctx, code);
+}
+
+static void
 tell_created(struct api *a, const json_t *link)
 {
-	const char *code = json_string_value(json_object_get(link, "code"));
-
-	if (a->created != NULL && code != NULL)
-		a->created(a->created_ctx, code);
+	tell_changed(a, json_string_value(json_object_get(link, "code")));
 }
 
 /* On the connection's thread once the create finished (req NULL: the
@@ -319,18 +323,23 @@ one(struct api *a, struct http_req *req, const char *code, long long key)
 		return http_json(req, 200, out);
 	}
 	if (strcmp(req->method, "DELETE") == 0) {
-		if (links_delete(a->links, code, key, &err) < 0)
+		int rc = links_delete(a->links, code, key, &err);
+
+		tell_changed(a, code); /* whatever the outcome, as the edit may have committed */
+		if (rc < 0)
 			return links_error(req, &err);
 		return http_json(req, 200, json_pack("{s:s, s:b}", "code", code, "deleted", 1));
 	}
 	if (strcmp(req->method, "PATCH") == 0) {
+		int rc;
+
 		if ((body = body_json(req, &res)) == NULL)
 			return res;
-		if (links_patch(a->links, code, body, key, &out, &err) < 0) {
-			json_decref(body);
-			return links_error(req, &err);
-		}
+		rc = links_patch(a->links, code, body, key, &out, &err);
 		json_decref(body);
+		tell_changed(a, code);
+		if (rc < 0)
+			return links_error(req, &err);
 		return http_json(req, 200, out);
 	}
 	return http_not_allowed(req, "GET, HEAD, PATCH, DELETE");

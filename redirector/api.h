@@ -12,10 +12,12 @@
 struct api {
 	struct links *links;   /* borrowed */
 	struct pgpool *pg;     /* borrowed, for key checks */
-	/* Told each code a create made (201; or NULL), from the thread that
-	 * answers it: the redirect cache may remember the code as unknown. */
-	void (*created)(void *ctx, const char *code);
-	void *created_ctx;
+	/* Told each code a create made (201), and each code an edit or a
+	 * deletion was asked for, from the thread that answers it: the
+	 * redirect cache may hold the code (or remember it as unknown). NULL:
+	 * nobody. */
+	void (*changed)(void *ctx, const char *code);
+	void *changed_ctx;
 };
 
 /* Handles a request whose path starts with "/api/v1"; sub is the rest. */

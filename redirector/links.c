@@ -455,8 +455,21 @@ links_cache_argv(const char *code, const char *json, const char *ttl, const char
 		lens[i] = strlen(argv[i]);
 }
 
+/* Fences a code for ARGV[1] seconds and drops its record, and its MD5 map
+ * entry when ARGV[2] names one: before an edit's UPDATE (no entry), and
+ * again after its commit (links_invalidate), as the first fence may have
+ * run out while the UPDATE waited on a row lock and a load that read the
+ * old row before the commit may write any time after it. */
 static const char FENCE_LUA[] =
-    "redis.call('SET', KEYS[1], '1', 'EX', ARGV[1]) return redis.call('DEL', KEYS[2])";
+    "redis.call('SET', KEYS[1], '1', 'EX', ARGV[1]) redis.call('DEL', KEYS[2]) "
+    "if ARGV[2] ~= '' then redis.call('HDEL', KEYS[3], ARGV[2]) end return 1";
+
+static redisReply *
+fence(struct links *L, const char *code, const char *md5)
+{
+	return kv_cmd(L->kv, "EVAL %s 3 lp:fence:%s lp:link:%s lp:md5code %d %s", FENCE_LUA,
+	    code, code, FENCE_S, md5 != NULL ? md5 : "");
+}
 
 void
 links_cache(struct links *L, json_t *link)
@@ -489,29 +502,19 @@ links_fence(struct links *L, const char *code, struct links_err *err)
 
 	if (!kv_enabled(L->kv))
 		return 0;
-	if ((r = kv_cmd(L->kv, "EVAL %s 2 lp:fence:%s lp:link:%s %d", FENCE_LUA, code, code,
-	    FENCE_S)) == NULL)
+	if ((r = fence(L, code, NULL)) == NULL)
 		return links_fail(err, 503, "cache_unavailable", NULL,
 		    "the link cache (Redis) is unavailable: try again");
 	freeReplyObject(r);
 	return 0;
 }
 
-/* After an edit committed: the fence again, for FENCE_S from now (the
- * one set before the UPDATE may have run out while it waited on a row
- * lock, and a load that read the old row before the commit may write any
- * time after it), the record and the MD5 map entry dropped; one command. */
-static const char INVALIDATE_LUA[] =
-    "redis.call('SET', KEYS[1], '1', 'EX', ARGV[1]) redis.call('DEL', KEYS[2]) "
-    "if ARGV[2] ~= '' then redis.call('HDEL', KEYS[3], ARGV[2]) end return 1";
-
 void
 links_invalidate(struct links *L, const char *code, const char *md5)
 {
 	redisReply *r;
 
-	if ((r = kv_cmd(L->kv, "EVAL %s 3 lp:fence:%s lp:link:%s lp:md5code %d %s",
-	    INVALIDATE_LUA, code, code, FENCE_S, md5 != NULL ? md5 : "")) != NULL)
+	if ((r = fence(L, code, md5)) != NULL)
 		freeReplyObject(r);
 }
 

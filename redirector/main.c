@@ -208,11 +208,11 @@ metrics_answer(struct app *app, struct http_req *req)
 	return r;
 }
 
-/* A create made code (api.c): forget that it was unknown here (the
- * negative cache kept a code just created answering 404 for up to
- * cache_negative_ttl_ms on this process). */
+/* A create, edit or deletion of code through this process (api.c): its
+ * redirects see it at once (other processes: within cache_ttl_ms), and a
+ * code just created no longer answers 404 from the negative cache. */
 static void
-created(void *ctx, const char *code)
+changed(void *ctx, const char *code)
 {
 	struct app *app = ctx;
 
@@ -256,16 +256,8 @@ route(void *ctx, struct http_req *req)
 	struct app *app = ctx;
 	const char *p = req->path;
 
-	if (strncmp(p, "/api/v1", 7) == 0 && (p[7] == '/' || p[7] == '\0')) {
-		enum MHD_Result r = api_handle(&app->api, req, p + 7);
-
-		/* An edit through this process is seen by its redirects at once
-		 * (other processes: within cache_ttl_ms). */
-		if ((strcmp(req->method, "PATCH") == 0 || strcmp(req->method, "DELETE") == 0) &&
-		    strncmp(p, "/api/v1/links/", 14) == 0 && strchr(p + 14, '/') == NULL)
-			redirect_invalidate(app->redir, p + 14);
-		return r;
-	}
+	if (strncmp(p, "/api/v1", 7) == 0 && (p[7] == '/' || p[7] == '\0'))
+		return api_handle(&app->api, req, p + 7);
 	if (strcmp(p, "/healthz") == 0)
 		return !http_is_get(req) ? http_not_allowed(req, "GET, HEAD") :
 		    http_json(req, 200, json_pack("{s:s}", "status", "ok"));
@@ -565,8 +557,8 @@ serve(struct app *app)
 	}
 	app->api.links = app->links;
 	app->api.pg = app->pg;
-	app->api.created = created;
-	app->api.created_ctx = app;
+	app->api.changed = changed;
+	app->api.changed_ctx = app;
 
 	if (pool_start(app->pool, errstr, sizeof(errstr)) < 0) {
 		log_fatalx("%s", errstr);
