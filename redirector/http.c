@@ -6,6 +6,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <sys/socket.h>
 
 struct http_server {
 	struct MHD_Daemon *d;
@@ -580,27 +582,14 @@ http_resume(struct http_deferred *d)
 	MHD_resume_connection(st->conn);
 }
 
-/* Set while MHD_quiesce_daemon runs (one daemon per process). */
-static atomic_int quiescing;
-
-/* libmicrohttpd 0.9.75's MHD_quiesce_daemon races its own epoll workers:
- * it marks a worker quiesced, then removes the listen socket from the
- * worker's epoll set, and a worker that woke in between has removed it
- * already. Its epoll_ctl then fails with ENOENT and the library panics
- * (aborts) though the socket is out of the set, as wanted. Only that case
- * is let through; any other panic aborts as libmicrohttpd's own would. */
+/* libmicrohttpd's panics are not survivable: its MHD_PANIC is marked as
+ * never returning, and in Debian's 0.9.75 build the code after a panic call
+ * is the next block's or the next function's (a handler that returned ran
+ * into it). This one logs where and aborts, as the library's default does. */
 static void
 panic_cb(void *cls, const char *file, unsigned int line, const char *reason)
 {
-	int err = errno;
-
 	(void)cls;
-	if (atomic_load(&quiescing) && err == ENOENT && reason != NULL &&
-	    strstr(reason, "listen FD from epoll set") != NULL) {
-		log_warnx("http: %s:%u: %s (a worker had removed it already; ignored)",
-		    file ? file : "?", line, reason);
-		return;
-	}
 	log_error("http: libmicrohttpd panic at %s:%u: %s", file ? file : "?", line,
 	    reason ? reason : "");
 	abort();
@@ -652,17 +641,35 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 	return s;
 }
 
+/* Stops accepting by putting an unbound socket in the listening socket's
+ * descriptor (one atomic dup3): the listener closes, leaves every worker's
+ * epoll set with its last reference, and the kernel refuses new connections
+ * and resets those still in its backlog. MHD_quiesce_daemon is not used: in
+ * 0.9.75 it races its own epoll workers to remove the listening socket, and
+ * the loser panics (ENOENT). A worker's accept() that runs after the swap
+ * gets EINVAL, which the library takes as "shutting down"; MHD_stop_daemon
+ * later closes the unbound socket in the listener's place. One narrow case
+ * is left: a worker whose accept() reaches its share of max_connections in
+ * the instant of the swap then removes the descriptor from its epoll set,
+ * fails (ENOENT) and panics. */
 void
 http_quiesce(struct http_server *s)
 {
-	MHD_socket fd;
+	const union MHD_DaemonInfo *info;
+	int fd;
 
-	atomic_store(&quiescing, 1);
-	fd = MHD_quiesce_daemon(s->d);
-	atomic_store(&quiescing, 0);
-
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
+	info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD);
+	if (info == NULL || info->listen_fd == MHD_INVALID_SOCKET)
+		return;
+	if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
+		log_warn("http: could not stop accepting (socket); new connections are "
+		    "accepted until the end of the drain");
+		return;
+	}
+	if (dup3(fd, info->listen_fd, O_CLOEXEC) < 0)
+		log_warn("http: could not stop accepting (dup3); new connections are "
+		    "accepted until the end of the drain");
+	close(fd);
 }
 
 void

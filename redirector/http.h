@@ -59,7 +59,8 @@ struct http_server;
 /* Starts listening. ctx is passed to handler. Returns NULL with errstr. */
 struct http_server *http_start(const struct http_conf *conf, http_handler handler, void *ctx,
                                char *errstr, size_t errstr_size);
-/* Stops accepting new connections (quiesce) without waiting. */
+/* Stops accepting new connections (the listening socket closes) without
+ * waiting; connections already open are served until http_stop. */
 void http_quiesce(struct http_server *s);
 /* Stops and frees. */
 void http_stop(struct http_server *s);

@@ -1,10 +1,12 @@
 """Links API against a real redirector, PostgreSQL and Redis: every endpoint,
 the three code strategies, validation rules, and creation with Redis down."""
 import concurrent.futures
+import http.client
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -868,3 +870,77 @@ def test_create_with_redis_stopped(api):
 def test_health(api):
     assert requests.get(api.base + "/healthz", timeout=5).json()["status"] == "ok"
     assert requests.get(api.base + "/readyz", timeout=5).status_code == 200
+
+
+def test_sigterm_closes_the_listener_then_drains(procs, pg, redis):
+    """SIGTERM closes the listening socket at once (a new connection is
+    refused) while a create it had received still waits on a locked url_link;
+    that create is answered 201 once the lock goes, and the process exits 0.
+    Then eight start/SIGTERM rounds under keep-alive load on 4 HTTP threads:
+    each exits 0 without any libmicrohttpd panic (its MHD_quiesce_daemon raced
+    its own epoll workers and the process could crash in the panic handler)."""
+    api = start_redirector(procs, pg, redis, {"http_threads": 2})
+    wait_pool(api)
+    lock = subprocess.Popen(["psql", "-X", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres",
+                             "-d", pg.dbname, "-c", "BEGIN; LOCK TABLE url_link IN EXCLUSIVE MODE; "
+                             "SELECT pg_sleep(3); COMMIT;"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 20
+        while pg.psql("SELECT count(*) FROM pg_locks WHERE relation = 'url_link'::regclass "
+                      "AND mode = 'ExclusiveLock' AND granted") != "1":
+            assert lock.poll() is None and time.time() < deadline, "the lock was never taken"
+            time.sleep(0.02)
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            held = ex.submit(api.create, url="https://held.example/sigterm")
+            while pg.psql("SELECT count(*) FROM pg_locks WHERE relation = 'url_link'::regclass "
+                          "AND NOT granted") == "0":
+                assert not held.done() and time.time() < deadline, "the create never waited"
+                time.sleep(0.02)
+            api.proc.send_signal(signal.SIGTERM)
+            port = int(api.base.rsplit(":", 1)[1])
+            refused = False
+            while not refused:
+                assert time.time() < deadline, "still accepting after SIGTERM"
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    time.sleep(0.02)
+                except ConnectionRefusedError:
+                    refused = True
+            assert not held.done() and api.proc.alive(), "the create ended before the lock did"
+            r = held.result(30)
+        assert r.status_code == 201, r.text
+        assert pg.psql(f"SELECT long_url FROM url_link WHERE code = '{r.json()['code']}'") == \
+            "https://held.example/sigterm"
+    finally:
+        lock.wait(30)
+    assert api.proc.proc.wait(30) == 0, api.proc.output()[-3000:]
+    assert "libmicrohttpd" not in api.proc.output(), api.proc.output()[-3000:]
+
+    def hammer(port, stop):
+        while not stop.is_set():
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                while not stop.is_set():
+                    c.request("GET", "/nothere")
+                    c.getresponse().read()
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.005)
+
+    for n in range(8):
+        red = start_redirector(procs, pg, redis, {"http_threads": 4, "log_level": "info"})
+        port = int(red.base.rsplit(":", 1)[1])
+        stop = threading.Event()
+        clients = [threading.Thread(target=hammer, args=(port, stop), daemon=True)
+                   for _ in range(6)]
+        for t in clients:
+            t.start()
+        try:
+            time.sleep(0.3)
+            rc = red.proc.stop()
+        finally:
+            stop.set()
+        for t in clients:
+            t.join(10)
+        out = red.proc.output()
+        assert rc == 0, (n, out[-3000:])
+        assert "libmicrohttpd" not in out, (n, out[-3000:])
