@@ -192,13 +192,14 @@ http_error(struct http_req *req, unsigned status, const char *code, const char *
 	return http_json(req, status, error_body(code, field, msg));
 }
 
-/* 1 for a byte a Location sends as %XX: bytes of 0x80 or more (UTF-8) and
- * the ASCII characters a URI may not hold as they are (RFC 3986: space,
+/* 1 for a byte a Location sends as %XX: bytes of 0x80 or more (UTF-8),
+ * control characters (a stored URL has none; a forwarded query string may)
+ * and the ASCII characters a URI may not hold as they are (RFC 3986: space,
  * " < > \\ ^ ` { | }); '%' itself stays, as the URL's own escapes do. */
 static int
 location_escapes(unsigned char c)
 {
-	return c >= 0x80 || c == ' ' || c == '"' || c == '<' || c == '>' || c == '\\' ||
+	return c >= 0x7f || c < 0x20 || c == ' ' || c == '"' || c == '<' || c == '>' || c == '\\' ||
 	    c == '^' || c == '`' || c == '{' || c == '|' || c == '}';
 }
 

@@ -17,6 +17,7 @@ struct lcache_rec {
 	long long max_visits;    /* 0 when unlimited */
 	long long hits;          /* visits counted so far (link_total) */
 	int disabled, deleted;
+	int forward_query;       /* append the visit's query string */
 	char *long_url;          /* malloc'd; the cache takes ownership */
 };
 

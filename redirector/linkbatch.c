@@ -413,8 +413,8 @@ out:
 #define BATCH_SQL(ON_CONFLICT) \
     "WITH i AS (SELECT * FROM unnest($2::int[], $3::text[], $4::text[], $5::bpchar[], " \
     "$6::smallint[], $7::timestamptz[], $8::timestamptz[], $9::bigint[], $10::text[], " \
-    "$11::bool[], $12::bigint[], $13::smallint[]) AS t(idx, code, long_url, md5, rt, vs, ea, " \
-    "mv, tags, dedupe, creator, src)), " \
+    "$11::bool[], $12::bigint[], $13::smallint[], $14::bool[]) AS t(idx, code, long_url, md5, " \
+    "rt, vs, ea, mv, tags, dedupe, creator, src, fq)), " \
     "ex AS (SELECT i.idx, e.id FROM i CROSS JOIN LATERAL (SELECT l.id FROM url_link l " \
     "WHERE l.long_url_md5 = i.md5 AND l.long_url = i.long_url AND l.redirect_type = i.rt " \
     "AND " LINKS_DEDUPABLE_SQL " ORDER BY l.id LIMIT 1) e WHERE i.dedupe), " \
@@ -427,9 +427,10 @@ out:
     "c AS (SELECT code FROM cn UNION ALL SELECT i.code FROM i " \
     "WHERE i.src IN (0, 2) AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.idx = i.idx)), " \
     "ins AS (INSERT INTO url_link (code, short_url, long_url, long_url_md5, strategy, " \
-    "redirect_type, valid_since, expires_at, max_visits, tags, creator, updater) " \
+    "redirect_type, valid_since, expires_at, max_visits, tags, creator, updater, " \
+    "forward_query) " \
     "SELECT i.code, $1 || '/' || i.code, i.long_url, i.md5, 0, i.rt, i.vs, i.ea, i.mv, " \
-    "coalesce(i.tags::text[], '{}'), nullif(i.creator, 0), nullif(i.creator, 0) " \
+    "coalesce(i.tags::text[], '{}'), nullif(i.creator, 0), nullif(i.creator, 0), i.fq " \
     "FROM i JOIN c ON c.code = i.code ORDER BY i.code COLLATE \"C\"" ON_CONFLICT " RETURNING *) " \
     "SELECT 1, i.idx, " LINK_COLS_NEW " FROM ins l JOIN i ON i.code = l.code " \
     "UNION ALL SELECT 0, ex.idx, " LINK_COLS " FROM ex JOIN url_link l ON l.id = ex.id"
@@ -438,7 +439,7 @@ static const char batch_sql_fast[] = BATCH_SQL("");
 static const char batch_sql[] = BATCH_SQL(" ON CONFLICT (code) DO NOTHING");
 
 enum { A_IDX, A_CODE, A_URL, A_MD5, A_RT, A_VS, A_EA, A_MV, A_TAGS, A_DEDUPE, A_CREATOR, A_SRC,
-    A_N };
+    A_FQ, A_N };
 
 struct code_at {
 	const char *code;  /* borrowed from the item */
@@ -560,6 +561,7 @@ sql_round(struct links *L, struct linkbatch_item **it, size_t n)
 		sb_elem(&arr[A_CREATOR], num);
 		snprintf(num, sizeof(num), "%d", it[i]->src);
 		sb_elem(&arr[A_SRC], num);
+		sb_elem(&arr[A_FQ], f->forward_query ? "t" : "f");
 	}
 	if (m == 0)
 		goto out;

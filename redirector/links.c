@@ -170,6 +170,8 @@ links_row_json_at(PGresult *r, int i, int off)
 	json_object_set_new_nocheck(o, "updated_at", col_string(r, i, off + 14, 1));
 	json_object_set_new_nocheck(o, "hits",
 	    json_integer(strtoll(PQgetvalue(r, i, off + 15), NULL, 10)));
+	json_object_set_new_nocheck(o, "forward_query",
+	    json_boolean(PQgetvalue(r, i, off + 16)[0] == 't'));
 	return o;
 }
 
@@ -312,14 +314,26 @@ parse_time_field(json_t *v, const char *name, const char **out, struct links_err
 	return 0;
 }
 
+/* A true/false member: *out and *has (when not NULL) set, or a 400. */
+static int
+parse_bool(json_t *v, const char *name, int *out, int *has, struct links_err *err)
+{
+	if (!json_is_boolean(v))
+		return links_fail(err, 400, "invalid_field", name, "%s must be true or false", name);
+	*out = json_is_true(v);
+	if (has != NULL)
+		*has = 1;
+	return 0;
+}
+
 /* Checks every member of req against the allowed names; fills f. */
 int
 links_parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f, struct links_err *err)
 {
 	static const char *const create_ok[] = { "url", "alias", "strategy", "length", "expires_at",
-	    "valid_since", "max_visits", "redirect_type", "tags", "dedupe", NULL };
+	    "valid_since", "max_visits", "redirect_type", "tags", "dedupe", "forward_query", NULL };
 	static const char *const patch_ok[] = { "url", "expires_at", "valid_since", "max_visits",
-	    "redirect_type", "disabled", "tags", NULL };
+	    "redirect_type", "disabled", "tags", "forward_query", NULL };
 	const char *const *ok = is_patch ? patch_ok : create_ok;
 	const char *key;
 	json_t *v;
@@ -401,15 +415,14 @@ links_parse_fields(struct links *L, json_t *req, int is_patch, struct fields *f,
 				return -1;
 			f->has_tags = 1;
 		} else if (strcmp(key, "dedupe") == 0) {
-			if (!json_is_boolean(v))
-				return links_fail(err, 400, "invalid_field", "dedupe", "dedupe must be true or false");
-			f->dedupe = json_is_true(v);
+			if (parse_bool(v, key, &f->dedupe, NULL, err) < 0)
+				return -1;
 		} else if (strcmp(key, "disabled") == 0) {
-			if (!json_is_boolean(v))
-				return links_fail(err, 400, "invalid_field", "disabled",
-				    "disabled must be true or false");
-			f->disabled = json_is_true(v);
-			f->has_disabled = 1;
+			if (parse_bool(v, key, &f->disabled, &f->has_disabled, err) < 0)
+				return -1;
+		} else if (strcmp(key, "forward_query") == 0) {
+			if (parse_bool(v, key, &f->forward_query, &f->has_forward, err) < 0)
+				return -1;
 		}
 	}
 	if (!is_patch && f->url == NULL)
@@ -524,12 +537,12 @@ links_fields_dedupe(const struct fields *f)
 	/* null (none) asks for nothing the existing link lacks */
 	return f->dedupe && !(f->has_expires && f->expires_at != NULL) &&
 	    !(f->has_valid && f->valid_since != NULL) && !(f->has_max && f->max_visits[0]) &&
-	    !(f->has_tags && strcmp(f->tags, "{}") != 0);
+	    !(f->has_tags && strcmp(f->tags, "{}") != 0) && !f->forward_query;
 }
 
 /* A link eligible for dedupe: same target, live, no per-link limits, no
  * tags (a tagged link returned to another request would count that
- * request's visits in the tag's reports). */
+ * request's visits in the tag's reports), not forwarding query strings. */
 int
 links_dedupable(json_t *link, const char *url, const char *redirect_type)
 {
@@ -541,6 +554,7 @@ links_dedupable(json_t *link, const char *url, const char *redirect_type)
 	    json_is_null(json_object_get(link, "valid_since")) &&
 	    json_is_null(json_object_get(link, "max_visits")) &&
 	    json_array_size(json_object_get(link, "tags")) == 0 &&
+	    !json_is_true(json_object_get(link, "forward_query")) &&
 	    json_integer_value(json_object_get(link, "redirect_type")) == atoi(redirect_type) &&
 	    strcmp(json_string_value(json_object_get(link, "strategy")), "alias") != 0;
 }
@@ -590,21 +604,23 @@ find_existing(struct links *L, PGconn *c, const char *url, const char *md5,
 
 /* Inserts url_link for the code chosen by codesql (one row with a column
  * named code, from parameters $11 and up). Parameters $1..$10 are the link
- * fields. Returns 1 created, 0 when the code was taken, -1 error. */
+ * fields, forward_query (a boolean, not a parameter: no client text) the
+ * last. Returns 1 created, 0 when the code was taken, -1 error. */
 static int
-insert_link(PGconn *c, const char *codesql, const char **params, int nparams, json_t **out,
-            char *errstr, size_t errstr_size)
+insert_link(PGconn *c, const char *codesql, const char **params, int nparams, int forward_query,
+            json_t **out, char *errstr, size_t errstr_size)
 {
-	char sql[2048], state[6];
+	char sql[4096], state[6];
 	PGresult *r;
 
 	snprintf(sql, sizeof(sql),
 	    "WITH c AS (%s), ins AS (INSERT INTO url_link (code, short_url, long_url, long_url_md5, "
-	    "strategy, redirect_type, valid_since, expires_at, max_visits, tags, creator, updater) "
+	    "strategy, redirect_type, valid_since, expires_at, max_visits, tags, creator, updater, "
+	    "forward_query) "
 	    "SELECT c.code, $1 || '/' || c.code, $2, $3, $4::smallint, $5::smallint, "
 	    "$6::timestamptz, $7::timestamptz, $8::bigint, coalesce($9::text[], '{}'), "
-	    "nullif($10, '0')::bigint, nullif($10, '0')::bigint FROM c RETURNING *) "
-	    "SELECT " LINK_COLS_NEW " FROM ins l", codesql);
+	    "nullif($10, '0')::bigint, nullif($10, '0')::bigint, %s FROM c RETURNING *) "
+	    "SELECT " LINK_COLS_NEW " FROM ins l", codesql, forward_query ? "true" : "false");
 	r = pgpool_exec(c, sql, nparams, params, state, errstr, errstr_size);
 	if (r == NULL)
 		return strcmp(state, "23505") == 0 ? 0 : -1;
@@ -900,7 +916,8 @@ links_create_fields(struct links *L, struct fields *fp, long long key_id, json_t
 			params[10] = a.len_s;
 		else
 			params[10] = a.code;
-		r = insert_link(c, codesql, params, nparams, out, errstr, sizeof(errstr));
+		r = insert_link(c, codesql, params, nparams, f.forward_query, out, errstr,
+		    sizeof(errstr));
 		if (r < 0) {
 			/* A popped code is still pooled (status 2) in PostgreSQL:
 			 * back to the set, or it would never be handed out. (Had
@@ -1012,6 +1029,7 @@ links_patch(struct links *L, const char *code, json_t *req, long long key_id, js
 	params[12] = f.has_tags ? "t" : "f";
 	params[13] = f.tags;
 	params[14] = key_s;
+	params[15] = f.has_forward ? (f.forward_query ? "t" : "f") : NULL;
 	if (links_fence(L, code, err) < 0)
 		goto done;
 	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL) {
@@ -1028,11 +1046,12 @@ links_patch(struct links *L, const char *code, json_t *req, long long key_id, js
 	    "max_visits = CASE WHEN $9::bool THEN $10::bigint ELSE max_visits END, "
 	    "redirect_type = coalesce($11::smallint, redirect_type), "
 	    "disabled = coalesce($12::bool, disabled), "
+	    "forward_query = coalesce($16::bool, forward_query), "
 	    "tags = CASE WHEN $13::bool THEN $14::text[] ELSE tags END, "
 	    "updater = nullif($15, '0')::bigint, update_time = now() "
 	    "WHERE code = $1 AND deleted = 0 RETURNING *) "
 	    "SELECT " LINK_COLS ", (SELECT long_url_md5 FROM old) FROM l",
-	    15, params, NULL, errstr, sizeof(errstr));
+	    16, params, NULL, errstr, sizeof(errstr));
 	if (r == NULL) {
 		links_db_fail(err, errstr);
 		goto done;
@@ -1043,7 +1062,7 @@ links_patch(struct links *L, const char *code, json_t *req, long long key_id, js
 		goto done;
 	}
 	*out = row_json(r, 0);
-	links_invalidate(L, code, PQgetvalue(r, 0, 16));
+	links_invalidate(L, code, PQgetvalue(r, 0, LINK_NCOLS));
 	PQclear(r);
 	rc = 0;
 done:

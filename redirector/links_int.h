@@ -30,13 +30,15 @@ struct links {
 	"l.max_visits, array_to_json(l.tags), l.disabled, l.deleted, "
 #define LINK_COLS                                                                      \
 	LINK_COLS_BASE "to_json(l.create_time)#>>'{}', to_json(l.update_time)#>>'{}', "   \
-	"coalesce((SELECT t.visits FROM link_total t WHERE t.url_link_id = l.id), 0)"
+	"coalesce((SELECT t.visits FROM link_total t WHERE t.url_link_id = l.id), 0), " \
+	"l.forward_query"
 /* LINK_COLS of a link inserted by the same statement: created and updated at
  * now() (the column defaults; formatted once per statement, not twice per
  * row), and no visit can count yet. */
 #define LINK_COLS_NEW                                                                  \
-	LINK_COLS_BASE "(SELECT to_json(now())#>>'{}'), (SELECT to_json(now())#>>'{}'), 0"
-#define LINK_NCOLS 16
+	LINK_COLS_BASE "(SELECT to_json(now())#>>'{}'), (SELECT to_json(now())#>>'{}'), 0, " \
+	"l.forward_query"
+#define LINK_NCOLS 17
 
 /* The fields a create or patch request may set, checked and in text form
  * for query parameters. Strings are borrowed from the request JSON except
@@ -47,12 +49,14 @@ struct fields {
 	int strategy;            /* -1 unset */
 	int length;              /* 0 unset */
 	int has_expires, has_valid, has_max, has_redirect, has_tags, has_disabled, has_url;
+	int has_forward;
 	const char *expires_at;  /* NULL = clear */
 	const char *valid_since;
 	char max_visits[24];     /* "" = clear */
 	char redirect_type[8];
 	char *tags;              /* PostgreSQL array literal, owned */
 	int disabled;
+	int forward_query;
 	int dedupe;
 };
 
@@ -75,7 +79,7 @@ int links_fields_dedupe(const struct fields *f);
  * alias. links_dedupable is the same test on a cached link's JSON. */
 #define LINKS_DEDUPABLE_SQL \
     "l.deleted = 0 AND NOT l.disabled AND l.expires_at IS NULL AND l.valid_since IS NULL " \
-    "AND l.max_visits IS NULL AND l.strategy <> 3 AND l.tags = '{}'"
+    "AND l.max_visits IS NULL AND l.strategy <> 3 AND l.tags = '{}' AND NOT l.forward_query"
 /* The command that writes a link record and its MD5 map entry unless an
  * edit has fenced the code (a Lua script, links.c), in kv_pipeline's argv
  * form: argv points into keys, code, json (the record), ttl (seconds, as

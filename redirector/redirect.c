@@ -42,6 +42,7 @@ rec_from_json(json_t *j, struct lcache_rec *rec, char *errstr, size_t errstr_siz
 	rec->hits = (long long)json_integer_value(json_object_get(j, "hits"));
 	rec->disabled = json_is_true(json_object_get(j, "disabled"));
 	rec->deleted = json_is_true(json_object_get(j, "deleted"));
+	rec->forward_query = json_is_true(json_object_get(j, "forward_query"));
 	if (rec->id <= 0 || url == NULL || (rec->redirect_type != 301 && rec->redirect_type != 302 &&
 	    rec->redirect_type != 307 && rec->redirect_type != 308) ||
 	    (json_is_string(vs) && rfc3339_parse(json_string_value(vs), &rec->valid_since_us) < 0) ||
@@ -260,6 +261,45 @@ code_of(struct http_req *req, char *out, size_t size, const char **query)
 	return 1;
 }
 
+/* The target with the visit's query string appended (a link with
+ * forward_query): after the target's own query with '&' ('?' when it has
+ * none), before its fragment; a '#' in the query goes as %23, as it would
+ * start a fragment. Returns a malloc'd string (the caller frees), or NULL
+ * when out of memory or when the Location would pass HTTP_LOCATION_MAX:
+ * the caller then sends the target alone. */
+static char *
+forward_url(const char *target, const char *query)
+{
+	size_t frag = strcspn(target, "#"), tl = strlen(target), ql = strlen(query), hashes = 0;
+	const char *qm = memchr(target, '?', frag);
+	char *out, *w;
+
+	for (const char *p = query; (p = strchr(p, '#')) != NULL; p++)
+		hashes++;
+	if ((out = malloc(tl + ql + 2 * hashes + 2)) == NULL)
+		return NULL;
+	memcpy(out, target, frag);
+	w = out + frag;
+	if (qm == NULL)
+		*w++ = '?';
+	else if (target[frag - 1] != '?' && target[frag - 1] != '&')
+		*w++ = '&';
+	for (const char *p = query; *p != '\0'; p++) {
+		if (*p == '#') {
+			memcpy(w, "%23", 3);
+			w += 3;
+		} else {
+			*w++ = *p;
+		}
+	}
+	memcpy(w, target + frag, tl - frag + 1);
+	if (http_location_length(out) > HTTP_LOCATION_MAX) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
 static int64_t
 wall_us(void)
 {
@@ -294,6 +334,7 @@ enum MHD_Result
 redirect_handle(struct redirect *r, struct http_req *req)
 {
 	char code[CODES_ALIAS_MAX + 1], errstr[256], ip[CLIENTIP_MAX], xff[2048];
+	char *fwd = NULL;         /* the target with the query (forward_query) */
 	const char *query;
 	struct lcache_entry *e = NULL;
 	struct MHD_Response *resp;
@@ -324,13 +365,17 @@ redirect_handle(struct redirect *r, struct http_req *req)
 		resp = e != NULL && e->rec.id != 0 ? r->not_yet : r->unknown;
 	else if (status == 410)
 		resp = r->gone;
+	else if (e->rec.forward_query && query != NULL &&
+	    (fwd = forward_url(e->rec.long_url, query)) != NULL)
+		resp = NULL;
 	else
 		resp = e->aux;
 	req->status = status;
 	if (resp != NULL)
 		ret = MHD_queue_response(req->conn, (unsigned)status, resp);
 	else
-		ret = http_redirect(req, (unsigned)status, e->rec.long_url);
+		ret = http_redirect(req, (unsigned)status, fwd != NULL ? fwd : e->rec.long_url);
+	free(fwd);
 	if (r->events != NULL) {
 		static const char *const names[] = { MHD_HTTP_HEADER_USER_AGENT,
 		    MHD_HTTP_HEADER_REFERER, MHD_HTTP_HEADER_ACCEPT_LANGUAGE, MHD_HTTP_HEADER_HOST };

@@ -232,6 +232,74 @@ def test_query_form_and_query_string(red):
     assert sum(1 for _, e in evs if e["query"] is None) == 3
 
 
+def test_forward_query(red):
+    """A link with forward_query appends the visit's query string to its
+    target: with '?' or after the target's own query with '&', before its
+    fragment, a '#' or a byte a URI may not hold percent-encoded, in both
+    the path and the SMS form, HEAD too; without a query, or for a link
+    without it, the target alone. A Location that would pass 4096 bytes
+    sends the target alone. PATCH switches it at once (the cached entry is
+    dropped). A forwarding create never dedupes onto a plain link or the
+    other way round, and bulk creates carry it."""
+    def loc(path, method="GET"):
+        r = red.get(path, method=method)
+        assert r.status_code == 302, (path, r.status_code, r.text)
+        return r.headers["Location"]
+
+    a = red.create(url="https://example.com/f", forward_query=True)
+    assert a["forward_query"] is True
+    code = a["code"]
+    for _ in range(2):  # cold, then the cached entry
+        assert loc(f"/{code}?utm_source=sms&x=1") == "https://example.com/f?utm_source=sms&x=1"
+    assert loc(f"/?{code}&utm_source=sms") == "https://example.com/f?utm_source=sms"
+    assert loc(f"/{code}?utm=1", "HEAD") == "https://example.com/f?utm=1"
+    assert loc(f"/{code}") == loc(f"/?{code}") == loc(f"/{code}?") == "https://example.com/f"
+    b = red.create(url="https://example.com/g?ref=1#top", forward_query=True)["code"]
+    assert loc(f"/{b}?utm=2") == "https://example.com/g?ref=1&utm=2#top"
+    c = red.create(url="https://example.com/h?", forward_query=True)["code"]
+    assert loc(f"/{c}?utm=3") == "https://example.com/h?utm=3"
+    st, h = raw_request(red.port, f"GET /{code}?a=%41&b=x#y\"z HTTP/1.1\r\nHost: s.test\r\n"
+                        "Connection: close\r\n\r\n".encode())
+    assert (st, h.get("location")) == (302, "https://example.com/f?a=%41&b=x%23y%22z")
+    long = red.create(url="https://example.com/" + "l" * 4000, forward_query=True)["code"]
+    assert loc(f"/{long}?" + "q" * 50) == "https://example.com/" + "l" * 4000 + "?" + "q" * 50
+    assert loc(f"/{long}?" + "q" * 200) == "https://example.com/" + "l" * 4000
+
+    plain = red.create(url="https://example.com/f")
+    assert plain["forward_query"] is False
+    assert loc(f"/{plain['code']}?utm=1") == "https://example.com/f"
+    # dedupe: a plain create never returns the forwarding link, nor a
+    # forwarding create the plain one
+    r = red.s.post(red.base + "/api/v1/links", timeout=30,
+                   data=json.dumps({"url": "https://example.com/f"}),
+                   headers={"Authorization": f"Bearer {red.key}"})
+    assert r.json()["code"] == plain["code"] and r.json()["forward_query"] is False, r.text
+    r = red.s.post(red.base + "/api/v1/links", timeout=30,
+                   data=json.dumps({"url": "https://example.com/f", "forward_query": True}),
+                   headers={"Authorization": f"Bearer {red.key}"})
+    assert r.status_code == 201 and r.json()["code"] not in (code, plain["code"]), r.text
+
+    red.api("PATCH", f"/links/{plain['code']}", {"forward_query": True})
+    assert loc(f"/{plain['code']}?utm=4") == "https://example.com/f?utm=4"
+    red.api("PATCH", f"/links/{code}", {"forward_query": False})
+    assert loc(f"/{code}?utm=5") == "https://example.com/f"
+    assert red.pg.psql(f"SELECT forward_query FROM url_link WHERE code IN "
+                       f"('{code}', '{plain['code']}') ORDER BY code = '{code}'") == "t\nf"
+
+    res = red.api("POST", "/links/bulk", {"links": [
+        {"url": "https://example.com/b1", "forward_query": True},
+        {"url": "https://example.com/b2"}]})["results"]
+    assert [x["status"] for x in res] == [201, 201], res
+    assert [x["link"]["forward_query"] for x in res] == [True, False], res
+    assert loc(f"/{res[0]['link']['code']}?utm=6") == "https://example.com/b1?utm=6"
+    assert loc(f"/{res[1]['link']['code']}?utm=6") == "https://example.com/b2"
+    for bad in ("yes", 1, None):
+        r = red.s.post(red.base + "/api/v1/links", timeout=30,
+                       data=json.dumps({"url": "https://example.com/x", "forward_query": bad}),
+                       headers={"Authorization": f"Bearer {red.key}"})
+        assert r.status_code == 400 and r.json()["error"]["field"] == "forward_query", r.text
+
+
 def test_orphan_produces_event(red):
     r = red.get("/nope42?from=sms", headers={"User-Agent": "orphan-test/1.0",
                                              "Referer": "https://ref.example/p",
