@@ -6,7 +6,8 @@
 #include "log.h"
 
 #include <errno.h>
-#include <fcntl.h>
+#include <idn2.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -213,6 +214,49 @@ http_location_length(const char *url)
 	return n;
 }
 
+char *
+http_location_url(const char *url)
+{
+	const char *s = strstr(url, "://"), *host, *end, *at;
+	uint8_t *ace = NULL;
+	char *name, *out = NULL;
+	size_t hl, al, ul = strlen(url);
+	int ascii = 1;
+
+	if (s == NULL)
+		return strdup(url);
+	host = s + 3;
+	end = host + strcspn(host, "/?#");
+	for (at = host; at < end; at++)
+		if (*at == '@')
+			host = at + 1;  /* after the user information */
+	if (*host != '[')       /* an IP literal has no name to convert */
+		for (at = host; at < end && *at != ':'; at++)
+			if ((unsigned char)*at >= 0x80)
+				ascii = 0;
+	if (ascii)
+		return strdup(url);
+	hl = strcspn(host, ":/?#");
+	if ((name = strndup(host, hl)) == NULL)
+		return NULL;
+	if (idn2_lookup_u8((const uint8_t *)name, &ace, IDN2_NFC_INPUT | IDN2_NONTRANSITIONAL) ==
+	    IDN2_OK && (al = strlen((const char *)ace)) > 0 &&
+	    (out = malloc(ul - hl + al + 1)) != NULL) {
+		size_t pre = (size_t)(host - url);
+
+		memcpy(out, url, pre);
+		memcpy(out + pre, ace, al);
+		memcpy(out + pre + al, host + hl, ul - pre - hl + 1);
+		if (http_location_length(out) > HTTP_LOCATION_MAX) {
+			free(out);
+			out = NULL;
+		}
+	}
+	idn2_free(ace);
+	free(name);
+	return out != NULL ? out : strdup(url);
+}
+
 /* Adds Location: url to resp (MHD copies it), with location_escapes bytes
  * as %XX (see http_redirect_response). MHD_NO when out of memory. */
 static enum MHD_Result
@@ -394,7 +438,7 @@ unescape_cb(void *cls, struct MHD_Connection *conn, char *s)
 
 struct head_count {
 	int hosts;   /* Host headers */
-	int n;       /* all headers */
+	int n;       /* all headers and query arguments */
 };
 
 static enum MHD_Result
@@ -402,15 +446,15 @@ count_headers(void *cls, enum MHD_ValueKind kind, const char *key, const char *v
 {
 	struct head_count *hc = cls;
 
-	(void)kind;
 	(void)value;
-	hc->hosts += key != NULL && strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0;
+	hc->hosts += kind == MHD_HEADER_KIND && key != NULL &&
+	    strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0;
 	hc->n++;
 	return MHD_YES;
 }
 
-/* libmicrohttpd's own record of each header, taken from the connection's
- * memory beside the bytes (0.9.75: ~56 bytes) */
+/* libmicrohttpd's own record of each header and each query argument,
+ * taken from the connection's memory beside the bytes (0.9.75: ~56 bytes) */
 #define HEADER_RECORD 64
 
 /* The path of an absolute-form target ("http://host/path", RFC 9112
@@ -447,8 +491,11 @@ check_head(struct http_server *s, struct reqstate *st, struct MHD_Connection *co
 	struct head_count hc = { 0, 0 };
 
 	MHD_get_connection_values(conn, MHD_HEADER_KIND, count_headers, &hc);
+	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, count_headers, &hc);
 	/* the bytes and libmicrohttpd's records of them: a head within this
-	 * leaves the response's share of the memory free */
+	 * leaves the response's share of the memory free (a query of many
+	 * short arguments left too little for a long Location: the
+	 * connection was dropped unanswered) */
 	if (ci != NULL && ci->header_size + (size_t)hc.n * HEADER_RECORD > s->max_header) {
 		st->reject = 431;
 		st->reject_why = "request line and headers are larger than max_header_bytes";
@@ -642,35 +689,32 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 	return s;
 }
 
-/* Stops accepting by putting an unbound socket in the listening socket's
- * descriptor (one atomic dup3): the listener closes, leaves every worker's
- * epoll set with its last reference, and the kernel refuses new connections
- * and resets those still in its backlog. MHD_quiesce_daemon is not used: in
- * 0.9.75 it races its own epoll workers to remove the listening socket, and
- * the loser panics (ENOENT). A worker's accept() that runs after the swap
- * gets EINVAL, which the library takes as "shutting down"; MHD_stop_daemon
- * later closes the unbound socket in the listener's place. One narrow case
- * is left: a worker whose accept() reaches its share of max_connections in
- * the instant of the swap then removes the descriptor from its epoll set,
- * fails (ENOENT) and panics. */
+/* Stops accepting by disconnecting the listening socket (connect with
+ * AF_UNSPEC): the kernel stops listening on it, resets the connections
+ * still in its backlog and refuses new ones, while the descriptor and its
+ * place in every worker's epoll set stay as libmicrohttpd left them.
+ * MHD_quiesce_daemon is not used: in 0.9.75 it races its own epoll workers
+ * to remove the listening socket from their sets, and the loser panics
+ * (ENOENT). Closing or replacing the descriptor would leave the same trap
+ * (a worker at its connection limit removes the descriptor, which is then
+ * no longer in its set). A disconnected socket reports EPOLLHUP, which the
+ * workers skip without accepting; they poll without sleeping until
+ * http_stop, which waits only for deferred requests. MHD_stop_daemon
+ * closes the socket later. */
 void
 http_quiesce(struct http_server *s)
 {
 	const union MHD_DaemonInfo *info;
-	int fd;
+	struct sockaddr sa;
 
 	info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD);
 	if (info == NULL || info->listen_fd == MHD_INVALID_SOCKET)
 		return;
-	if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
-		log_warn("http: could not stop accepting (socket); new connections are "
-		    "accepted until the end of the drain");
-		return;
-	}
-	if (dup3(fd, info->listen_fd, O_CLOEXEC) < 0)
-		log_warn("http: could not stop accepting (dup3); new connections are "
-		    "accepted until the end of the drain");
-	close(fd);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_family = AF_UNSPEC;
+	if (connect(info->listen_fd, &sa, sizeof(sa)) < 0)
+		log_warn("http: could not stop accepting; new connections are accepted "
+		    "until the end of the drain");
 }
 
 void

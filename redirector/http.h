@@ -43,6 +43,14 @@ typedef void (*http_observer)(void *ctx, const struct http_req *req);
  * not hold as they are go as %XX. */
 size_t http_location_length(const char *url);
 
+/* url (borrowed) with an international host name in its punycode (ASCII)
+ * form, as DNS and clients other than browsers need it: "b\xc3\xbccher.de"
+ * -> "xn--bcher-kva.de". The rest is unchanged. The URL as it is when its
+ * host is ASCII (IP literals too), when libidn2 refuses the name, or when
+ * the result would pass HTTP_LOCATION_MAX. Caller frees; NULL when out of
+ * memory. */
+char *http_location_url(const char *url);
+
 struct http_conf {
 	const char *addr;        /* listen address, e.g. "127.0.0.1" or "0.0.0.0" */
 	int port;

@@ -554,7 +554,9 @@ links_dedupable(json_t *link, const char *url, const char *redirect_type)
 	    json_is_null(json_object_get(link, "valid_since")) &&
 	    json_is_null(json_object_get(link, "max_visits")) &&
 	    json_array_size(json_object_get(link, "tags")) == 0 &&
-	    !json_is_true(json_object_get(link, "forward_query")) &&
+	    /* false, not absent: a copy written by a redirector older than
+	     * 0020 says nothing about it (PostgreSQL decides then) */
+	    json_is_false(json_object_get(link, "forward_query")) &&
 	    json_integer_value(json_object_get(link, "redirect_type")) == atoi(redirect_type) &&
 	    strcmp(json_string_value(json_object_get(link, "strategy")), "alias") != 0;
 }

@@ -50,7 +50,8 @@ rec_from_json(json_t *j, struct lcache_rec *rec, char *errstr, size_t errstr_siz
 		errstr_set(errstr, errstr_size, "malformed link record");
 		return -1;
 	}
-	if ((rec->long_url = strdup(url)) == NULL) {
+	/* kept as the Location sends it: an international host as punycode */
+	if ((rec->long_url = http_location_url(url)) == NULL) {
 		errstr_set(errstr, errstr_size, "out of memory");
 		return -1;
 	}
@@ -59,7 +60,9 @@ rec_from_json(json_t *j, struct lcache_rec *rec, char *errstr, size_t errstr_siz
 
 /* Loader behind the in-process cache: Redis, then PostgreSQL. Redis's copy
  * of "hits" is only as fresh as the record, so links with max_visits are
- * always read from PostgreSQL. */
+ * always read from PostgreSQL, as are copies without forward_query (written
+ * by a redirector older than schema 0020, still running in a rolling
+ * upgrade: they would redirect a forwarding link without the query). */
 static int
 load(void *ctx, const char *code, struct lcache_rec *rec, char *errstr, size_t errstr_size)
 {
@@ -71,7 +74,8 @@ load(void *ctx, const char *code, struct lcache_rec *rec, char *errstr, size_t e
 
 	if (rep != NULL && rep->type == REDIS_REPLY_STRING) {
 		j = json_loadb(rep->str, rep->len, 0, NULL);
-		if (j != NULL && !json_is_null(json_object_get(j, "max_visits"))) {
+		if (j != NULL && (!json_is_null(json_object_get(j, "max_visits")) ||
+		    json_object_get(j, "forward_query") == NULL)) {
 			json_decref(j);
 			j = NULL;
 		}
