@@ -106,7 +106,7 @@ static const struct cfg_opt redirector_tab[] = {
 	{ "max_body_bytes", CFG_INT, "8388608", 1024, 1073741824, NULL, OFF(max_body_bytes), 0,
 	  "largest request body (bigger: 413)" },
 	{ "max_header_bytes", CFG_INT, "8192", 4096, 1048576, NULL, OFF(max_header_bytes), 0,
-	  "largest request line and headers (bigger: 431); a connection's memory is this plus 5 KiB for the response's headers (libmicrohttpd zeroes it per request: keep it modest)" },
+	  "largest request line and headers, 64 bytes more counted per header and per query parameter (bigger: 431); a connection's memory is this plus 5 KiB for the response's headers (libmicrohttpd zeroes it per request: keep it modest)" },
 	{ "code_strategy", CFG_ENUM, "random", 0, 0, "random|hash|sequence", OFF(code_strategy), 0,
 	  "default code strategy (overridable per request)" },
 	{ "code_length", CFG_INT, "6", 1, 8, NULL, OFF(code_length), 0, "default code length" },
