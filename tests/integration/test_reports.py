@@ -476,6 +476,26 @@ def test_csv_quotes_rfc4180(db):
     assert tags == ["a,b", 'say "hi"', "multi\nline", "ünï"]
 
 
+def test_csv_values_a_spreadsheet_would_run_are_text(db):
+    """A value starting with = + - @ (a tag here; device and browser names
+    from user agents, referer hosts, likewise) gets a leading apostrophe in
+    the CSV, so a spreadsheet shows it instead of running it; the JSON keeps
+    the value as stored."""
+    bad = ['=HYPERLINK("http://evil.test","x")', "+1+2", "-3", "@SUM(1)", "ok=1"]
+    db.psql("UPDATE url_link SET tags = ARRAY['%s']::text[] WHERE code = 'rpE'"
+            % "','".join(t.replace("'", "''") for t in bad))
+    try:
+        args = ["--link", "rpE", "--from", "2024-05-01", "--to", "2024-05-01"]
+        r = run(db, *args, "--format", "csv")
+        doc = report(db, *args)
+    finally:
+        db.psql("UPDATE url_link SET tags = '{spring}' WHERE code = 'rpE'")
+    tags = [row[3] for row in csv.reader(io.StringIO(r.stdout, newline=""))
+            if row[1:3] == ["link", "tag"]]
+    assert tags == ["'" + t for t in bad[:4]] + ["ok=1"], tags
+    assert doc["link"]["tags"] == bad
+
+
 def test_empty_range_gives_zeros(db):
     doc = report(db, "--link", "rpA", "--from", "2023-01-01", "--to", "2023-01-31")
     assert doc["totals"] == {"visits": 0, "uniques": 0, "bot_visits": 0, "first_visit": None,
