@@ -23,6 +23,7 @@ struct http_server {
 	struct MHD_Daemon *d;
 	http_handler handler;
 	http_observer observe;
+	int (*keep_body)(void *ctx, const char *path, const char *auth);
 	void *ctx;
 	size_t max_body;
 	size_t max_header;
@@ -555,16 +556,20 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	}
 	/* The first call carries headers only; the body (if any) follows. */
 	if (!st->started) {
+		const char *auth;
+
 		st->started = 1;
 		check_head(s, st, conn, url, version);
 		/* Only a request that may take a body and carries credentials
-		 * keeps one: the bodies of others (a redirect's, an API call
-		 * without a key, answered 401) are read and dropped, so clients
-		 * without a key cannot hold max_body_bytes each. */
+		 * the keep_body hook accepts keeps one: the bodies of others (a
+		 * redirect's, an API call without a valid key, answered 401) are
+		 * read and dropped, so clients without a key cannot hold
+		 * max_body_bytes each. */
+		auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		    MHD_HTTP_HEADER_AUTHORIZATION);
 		if ((strcmp(method, "POST") != 0 && strcmp(method, "PATCH") != 0 &&
-		    strcmp(method, "PUT") != 0) ||
-		    MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-		    MHD_HTTP_HEADER_AUTHORIZATION) == NULL)
+		    strcmp(method, "PUT") != 0) || auth == NULL || st->reject ||
+		    (s->keep_body != NULL && !s->keep_body(s->ctx, target_path(url), auth)))
 			st->discard = 1;
 		return MHD_YES;
 	}
@@ -656,6 +661,7 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 	}
 	s->handler = handler;
 	s->observe = conf->observe;
+	s->keep_body = conf->keep_body;
 	s->ctx = ctx;
 	s->max_body = conf->max_body;
 	s->max_header = conf->max_header;

@@ -60,6 +60,11 @@ struct http_conf {
 	size_t max_body;         /* larger bodies get 413 */
 	size_t max_header;       /* largest request line and headers (bigger: 431) */
 	http_observer observe;   /* or NULL */
+	/* Or NULL (every one keeps it). Whether a POST, PATCH or PUT with an
+	 * Authorization header keeps its body (up to max_body), asked once
+	 * its headers are in; the body of one refused is read and dropped.
+	 * path (decoded) and auth (the header's value) are borrowed. */
+	int (*keep_body)(void *ctx, const char *path, const char *auth);
 };
 
 struct http_server;

@@ -269,6 +269,22 @@ route(void *ctx, struct http_req *req)
 	return redirect_handle(app->redir, req);
 }
 
+/* http_conf.keep_body: only an API request whose key checks out keeps its
+ * body (apikey_check's cache answers the handler's own check after it), so
+ * that a client without a key cannot make the process hold max_body_bytes
+ * per connection by sending any Authorization header. A key that cannot be
+ * checked (PostgreSQL down) keeps none: the handler answers 503 then. */
+static int
+keep_body(void *ctx, const char *path, const char *auth)
+{
+	struct app *app = ctx;
+	char errstr[256];
+
+	return strncmp(path, "/api/v1", 7) == 0 && (path[7] == '/' || path[7] == '\0') &&
+	    strncasecmp(auth, "Bearer ", 7) == 0 &&
+	    apikey_check(app->pg, auth + 7, errstr, sizeof(errstr)) > 0;
+}
+
 static int
 apikey_cmd(struct app *app, int argc, char **argv)
 {
@@ -572,6 +588,7 @@ serve(struct app *app)
 	hc.max_body = (size_t)cf->max_body_bytes;
 	hc.max_header = (size_t)cf->max_header_bytes;
 	hc.observe = observe;
+	hc.keep_body = keep_body;
 	if ((srv = http_start(&hc, route, app, errstr, sizeof(errstr))) == NULL) {
 		log_fatalx("%s", errstr);
 		return 1;

@@ -872,6 +872,47 @@ def test_health(api):
     assert requests.get(api.base + "/readyz", timeout=5).status_code == 200
 
 
+def test_bodies_without_a_valid_key_are_not_kept(api):
+    """A POST whose Authorization header names no valid key has its body
+    read and dropped, not kept: sixteen connections each sending 4 MB of an
+    8 MB body with a made-up key left the process 64 MB or more larger (it
+    kept every body until the key was checked at the end); now its memory
+    stays about where it was, and each is answered 401 once complete. A
+    valid key's create still reads its body."""
+    def rss_kb():
+        with open(f"/proc/{api.proc.proc.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+    port = int(api.base.rsplit(":", 1)[1])
+    assert api.create(url="https://example.com/kept").status_code == 201
+    before = rss_kb()
+    socks = []
+    chunk = b"x" * 65536
+    try:
+        for _ in range(16):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(b"POST /api/v1/links HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer "
+                      b"lp_" + b"0" * 48 + b"\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 8000000\r\n\r\n")
+            for _ in range(4000000 // len(chunk)):
+                s.sendall(chunk)
+            socks.append(s)
+        time.sleep(0.5)
+        grown = rss_kb() - before
+        assert grown < 24000, f"{grown} kB more with 16 bodies of a made-up key"
+        s = socks[0]
+        rest = 8000000 - (4000000 // len(chunk)) * len(chunk)
+        while rest > 0:
+            n = min(rest, len(chunk))
+            s.sendall(chunk[:n])
+            rest -= n
+        assert s.recv(64).startswith(b"HTTP/1.1 401"), "the complete request got no 401"
+    finally:
+        for s in socks:
+            s.close()
+    assert api.create(url="https://example.com/kept2").status_code == 201
+
+
 def test_sigterm_closes_the_listener_then_drains(procs, pg, redis):
     """SIGTERM closes the listening socket at once (a new connection is
     refused) while a create it had received still waits on a locked url_link;
