@@ -216,11 +216,38 @@ http_location_length(const char *url)
 }
 
 char *
+http_host_ace(const char *host)
+{
+	const int flags = IDN2_NFC_INPUT | IDN2_NONTRANSITIONAL;
+	uint8_t *ace = NULL, *plain = NULL;
+	char *out = NULL;
+	int ascii = 1;
+
+	for (const unsigned char *p = (const unsigned char *)host; *p != '\0'; p++)
+		if (*p >= 0x80)
+			ascii = 0;
+	if (ascii)
+		return NULL;
+	/* With STD3 rules libidn2 drops a character that maps to ASCII other
+	 * than letters, digits and '-' (a fullwidth '@' or '/'), which would
+	 * name another host; without them it keeps the ASCII: the two must
+	 * agree, and be a plain name. */
+	if (idn2_lookup_u8((const uint8_t *)host, &ace, flags | IDN2_USE_STD3_ASCII_RULES) ==
+	    IDN2_OK && idn2_lookup_u8((const uint8_t *)host, &plain, flags) == IDN2_OK &&
+	    strcmp((const char *)ace, (const char *)plain) == 0 && ace[0] != '\0' &&
+	    strspn((const char *)ace, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	    "0123456789-.") == strlen((const char *)ace))
+		out = strdup((const char *)ace);
+	idn2_free(ace);
+	idn2_free(plain);
+	return out;
+}
+
+char *
 http_location_url(const char *url)
 {
 	const char *s = strstr(url, "://"), *host, *end, *at;
-	uint8_t *ace = NULL;
-	char *name, *out = NULL;
+	char *name, *ace, *out = NULL;
 	size_t hl, al, ul = strlen(url);
 	int ascii = 1;
 
@@ -240,8 +267,7 @@ http_location_url(const char *url)
 	hl = strcspn(host, ":/?#");
 	if ((name = strndup(host, hl)) == NULL)
 		return NULL;
-	if (idn2_lookup_u8((const uint8_t *)name, &ace, IDN2_NFC_INPUT | IDN2_NONTRANSITIONAL) ==
-	    IDN2_OK && (al = strlen((const char *)ace)) > 0 &&
+	if ((ace = http_host_ace(name)) != NULL && (al = strlen(ace)) > 0 &&
 	    (out = malloc(ul - hl + al + 1)) != NULL) {
 		size_t pre = (size_t)(host - url);
 
@@ -253,7 +279,7 @@ http_location_url(const char *url)
 			out = NULL;
 		}
 	}
-	idn2_free(ace);
+	free(ace);
 	free(name);
 	return out != NULL ? out : strdup(url);
 }

@@ -51,6 +51,14 @@ size_t http_location_length(const char *url);
  * memory. */
 char *http_location_url(const char *url);
 
+/* host (borrowed: a name without port, percent-decoded) in the ASCII form
+ * http_location_url sends: libidn2's UTS #46 mapping with STD3 rules, so
+ * "\xef\xbd\x93.test" (a fullwidth s) is "s.test". A malloc'd string the
+ * caller frees, or NULL when host is ASCII, when libidn2 refuses it, when
+ * the result holds anything but letters, digits, '-' and '.', or when out
+ * of memory. */
+char *http_host_ace(const char *host);
+
 struct http_conf {
 	const char *addr;        /* listen address, e.g. "127.0.0.1" or "0.0.0.0" */
 	int port;

@@ -203,7 +203,7 @@ links_check_url(struct links *L, const char *url, const char *field, struct link
 	size_t n = strlen(url);
 	CURLU *h;
 	CURLUcode rc;
-	char *scheme = NULL, *host = NULL;
+	char *scheme = NULL, *host = NULL, *ace = NULL;
 	int ret = 0;
 
 	if (n == 0)
@@ -232,10 +232,13 @@ links_check_url(struct links *L, const char *url, const char *field, struct link
 		ret = links_fail(err, 400, "invalid_url", field, "%s must use http or https", field);
 	} else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || *host == '\0') {
 		ret = links_fail(err, 400, "invalid_url", field, "%s has no host", field);
-	} else if (same_host(host, L->base_host)) {
+	} else if (same_host((ace = http_host_ace(host)) != NULL ? ace : host, L->base_host)) {
+		/* compared as the Location sends it: an international name
+		 * mapped to ASCII ("\xef\xbd\x93.test", a fullwidth s, is s.test) */
 		ret = links_fail(err, 400, "redirect_loop", field,
 		    "%s points at this service's own host (%s): that would loop", field, host);
 	}
+	free(ace);
 	curl_free(scheme);
 	curl_free(host);
 	curl_url_cleanup(h);

@@ -147,6 +147,11 @@ def test_alias_and_conflicts(api):
     ("http://s.test/abc", "url", "redirect_loop"),
     ("http://S.TEST:80/abc", "url", "redirect_loop"),
     ("http://s.test./abc", "url", "redirect_loop"),  # the same host, fully qualified
+    # as the Location sends it (punycode by UTS #46, which folds these to s.test)
+    ("https://\uff53.test/loop", "url", "redirect_loop"),        # fullwidth s
+    ("https://%EF%BD%93.test/loop", "url", "redirect_loop"),      # the same, percent-encoded
+    ("https://s\u00ad.test/loop", "url", "redirect_loop"),       # a soft hyphen, dropped
+    ("https://\u017f.test/loop", "url", "redirect_loop"),        # long s
 ])
 def test_bad_urls_rejected(api, url, field, code):
     r = api.create(url=url)

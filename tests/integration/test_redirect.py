@@ -199,6 +199,10 @@ def test_location_is_ascii(red):
             ("http://u:p\u00e4@B\u00dcCHER.example:8080/x#\u00e4",
              "http://u:p%C3%A4@xn--bcher-kva.example:8080/x#%C3%A4"),
             ("https://\u0301abc.example/", "https://%CC%81abc.example/"),
+            # a fullwidth @ maps to "@", which STD3 rules refuse in a name: the
+            # host stays one percent-encoded name (mapped, it became user
+            # information before s.test)
+            ("https://evil.example\uff20s.test/", "https://evil.example%EF%BC%A0s.test/"),
             ("https://[2001:db8::1]:8443/\u00e4", "https://[2001:db8::1]:8443/%C3%A4"),
             ("https://example.com/\u00fc", "https://example.com/%C3%BC")]:
         c = red.create(url=target)["code"]
