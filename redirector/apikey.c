@@ -138,7 +138,11 @@ apikey_check(struct pgpool *pool, const char *key, char *errstr, size_t errstr_s
 	PGconn *c;
 	PGresult *r;
 
-	if (key == NULL || strlen(key) > 256 || sha256_hex(key, hash) < 0)
+	/* Not the shape apikey_create makes ("lp_" + 48 lower-case hex):
+	 * unknown without asking PostgreSQL, so that made-up keys cost no
+	 * query on an HTTP thread. */
+	if (key == NULL || strlen(key) != 51 || strncmp(key, "lp_", 3) != 0 ||
+	    strspn(key + 3, "0123456789abcdef") != 48 || sha256_hex(key, hash) < 0)
 		return 0;
 	idx = (unsigned)strtoul((char[9]){ hash[0], hash[1], hash[2], hash[3], hash[4],
 	    hash[5], hash[6], hash[7], 0 }, NULL, 16) % CACHE_SLOTS;

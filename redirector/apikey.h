@@ -22,8 +22,9 @@ int apikey_revoke(PGconn *c, const char *what, char *errstr, size_t errstr_size)
 /* Prints id, prefix, name, created, revoked for every key. */
 int apikey_list(PGconn *c, FILE *out, char *errstr, size_t errstr_size);
 
-/* Checks a presented key. Returns its id (> 0), 0 when unknown or revoked,
- * -1 when PostgreSQL could not be asked (errstr). Thread-safe; cached. */
+/* Checks a presented key. Returns its id (> 0), 0 when unknown or revoked
+ * (at once, without a query, when it is not "lp_" + 48 lower-case hex), -1
+ * when PostgreSQL could not be asked (errstr). Thread-safe; cached. */
 long long apikey_check(struct pgpool *pool, const char *key, char *errstr, size_t errstr_size);
 
 /* Frees the check cache (at exit). */

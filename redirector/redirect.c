@@ -206,16 +206,26 @@ redirect_cache_stats(struct redirect *r, struct lcache_stats *out)
 	lcache_stats(r->cache, out);
 }
 
+static int64_t wall_us(void);
+
+/* The answer names what is down without libpq's message (a public path:
+ * it names internal hosts, addresses and the database user); that goes to
+ * the log, at most every 10 s while it lasts. */
 enum MHD_Result
 redirect_ready(struct redirect *r, struct http_req *req)
 {
+	static _Atomic int64_t logged_us;
 	char errstr[512];
 	int pg_ok = pgpool_ping(r->pg, errstr, sizeof(errstr)) == 0;
 	int kafka_ok = r->events == NULL || events_connected(r->events);
+	int64_t now = wall_us(), last = atomic_load(&logged_us);
 
+	if (!pg_ok && (now - last > 10000000 || now < last) &&
+	    atomic_compare_exchange_strong(&logged_us, &last, now))
+		log_warnx("readyz: PostgreSQL: %s", errstr);
 	return http_json(req, pg_ok && kafka_ok ? 200 : 503, json_pack("{s:s, s:s, s:s}",
 	    "status", pg_ok && kafka_ok ? "ready" : "unavailable",
-	    "postgresql", pg_ok ? "ok" : errstr,
+	    "postgresql", pg_ok ? "ok" : "unreachable",
 	    "kafka", r->events == NULL ? "disabled" : kafka_ok ? "ok" :
 	    events_failed(r->events) ? "producer failed (fatal error): restart" :
 	    "no broker reachable"));

@@ -595,6 +595,19 @@ def test_postgres_down_serves_cached_and_refuses_cold(procs, own_pg, broker, wor
             assert (r.status_code, r.headers["Location"]) == (302, "https://example.com/pgwarm")
         r = red.get("/" + cold)
         assert r.status_code == 503 and r.json()["error"], r.text
+        # /readyz names what is down, not libpq's message (internal host,
+        # address and user); that goes to the log
+        r = red.get("/readyz")
+        assert r.status_code == 503 and r.json()["postgresql"] == "unreachable", r.text
+        assert "127.0.0.1" not in r.text and "port" not in r.text, r.text
+        assert "readyz: PostgreSQL:" in red.proc.output()
+        # a key that is not of the shape keys have is refused without a
+        # query (it was 503 here: made-up keys cost a query each); one of
+        # that shape needs PostgreSQL
+        for key, want in (("nope", 401), ("lp_" + "A" * 48, 401), ("lp_" + "0" * 48, 503)):
+            r = red.s.post(red.base + "/api/v1/links", data='{"url": "https://example.com/k"}',
+                           headers={"Authorization": f"Bearer {key}"}, timeout=30)
+            assert r.status_code == want, (key, r.status_code, r.text)
         evs = read_events(red.broker, 5, timeout=5, pred=lambda e: e["code"] in (warm, cold))
         assert sorted(e["code"] for _, e in evs) == [warm] * 4, evs
     finally:
