@@ -363,6 +363,11 @@ api_handle(struct api *a, struct http_req *req, const char *sub)
 	}
 	if (key == 0)
 		return http_error(req, 401, "unauthorized", NULL, "unknown or revoked API key");
+	/* The key could not be checked when the headers came (PostgreSQL
+	 * busy or down), so the body was dropped: the request is not a bad one */
+	if (req->body_refused)
+		return http_error(req, 503, "database_unavailable", NULL,
+		    "could not check the API key when the request arrived: try again");
 
 	if (strcmp(sub, "/links") == 0) {
 		if (strcmp(req->method, "POST") == 0)

@@ -38,6 +38,7 @@ struct reqstate {
 	size_t len, cap;
 	int too_big;
 	int discard;    /* the body is read and dropped, not kept */
+	int refused;    /* discarded because keep_body said no */
 	int started;    /* the headers-only first call has been seen */
 	int reject;     /* 400 or 431 found in the headers (answered at the end) */
 	const char *reject_why;
@@ -594,9 +595,10 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 		auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		    MHD_HTTP_HEADER_AUTHORIZATION);
 		if ((strcmp(method, "POST") != 0 && strcmp(method, "PATCH") != 0 &&
-		    strcmp(method, "PUT") != 0) || auth == NULL || st->reject ||
-		    (s->keep_body != NULL && !s->keep_body(s->ctx, target_path(url), auth)))
+		    strcmp(method, "PUT") != 0) || auth == NULL || st->reject)
 			st->discard = 1;
+		else if (s->keep_body != NULL && !s->keep_body(s->ctx, target_path(url), auth))
+			st->discard = st->refused = 1;
 		return MHD_YES;
 	}
 	memset(&req, 0, sizeof(req));
@@ -609,6 +611,7 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	req.query = q ? q + 1 : NULL;
 	req.body = st->len ? st->body : NULL;
 	req.body_len = st->len;
+	req.body_refused = st->refused;
 	req.start = st->start;
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	req.peer = ci ? ci->client_addr : NULL;

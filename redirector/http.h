@@ -16,6 +16,8 @@ struct http_req {
 	const char *query;   /* raw query after '?', or NULL (points into rawuri) */
 	const char *body;    /* NUL-terminated request body (ours), or NULL */
 	size_t body_len;
+	int body_refused;    /* a body-taking request whose body keep_body
+	                      * refused (read and dropped) */
 	const struct sockaddr *peer;
 	double start;        /* monotonic seconds when the request arrived */
 	int status;          /* set by the responders */

@@ -78,6 +78,7 @@ links_new(const struct links_conf *conf, struct pgpool *pg, struct kv *kv, struc
           struct pool *pool, char *errstr, size_t errstr_size)
 {
 	struct links *L = calloc(1, sizeof(*L));
+	char *ace;
 	size_t n;
 
 	if (L == NULL || (L->base_url = strdup(conf->base_url)) == NULL) {
@@ -89,6 +90,11 @@ links_new(const struct links_conf *conf, struct pgpool *pg, struct kv *kv, struc
 	while (n > 0 && L->base_url[n - 1] == '/')
 		L->base_url[--n] = '\0';
 	url_host(L->base_url, L->base_host, sizeof(L->base_host));
+	/* as a Location sends it (links_check_url compares targets so) */
+	if ((ace = http_host_ace(L->base_host)) != NULL) {
+		snprintf(L->base_host, sizeof(L->base_host), "%s", ace);
+		free(ace);
+	}
 	if (L->base_host[0] == '\0') {
 		snprintf(errstr, errstr_size, "base_url: \"%s\" is not a URL with a host", conf->base_url);
 		links_free(L);

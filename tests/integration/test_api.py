@@ -160,6 +160,16 @@ def test_bad_urls_rejected(api, url, field, code):
     assert api.pg.psql("SELECT count(*) FROM url_link") == "0"
 
 
+def test_international_base_host_is_its_own_host(procs, pg, redis):
+    """With an international base_url, its host is compared as a Location
+    sends it: the Unicode, upper-case and punycode spellings all loop."""
+    api = start_redirector(procs, pg, redis, {"base_url": "http://k\u00fcrz.test"})
+    for url in ("https://k\u00fcrz.test/a", "https://K\u00dcRZ.test/a", "https://xn--krz-hoa.test/a"):
+        r = api.create(url=url)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "redirect_loop", (url, r.text)
+    assert api.create(url="https://kurz.test/a").status_code == 201
+
+
 @pytest.mark.parametrize("body,field", [
     ({"url": 5}, "url"),
     ({}, "url"),
