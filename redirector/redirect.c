@@ -210,19 +210,28 @@ static int64_t wall_us(void);
 
 /* The answer names what is down without libpq's message (a public path:
  * it names internal hosts, addresses and the database user); that goes to
- * the log, at most every 10 s while it lasts. */
+ * the log, at most every 10 s while it lasts. PostgreSQL's answer is reused
+ * for a second, so that a flood of /readyz costs one pool connection a
+ * second, not one per request. */
 enum MHD_Result
 redirect_ready(struct redirect *r, struct http_req *req)
 {
-	static _Atomic int64_t logged_us;
+	static _Atomic int64_t logged_us, pinged_us;
+	static atomic_int pinged_ok;
 	char errstr[512];
-	int pg_ok = pgpool_ping(r->pg, errstr, sizeof(errstr)) == 0;
-	int kafka_ok = r->events == NULL || events_connected(r->events);
-	int64_t now = wall_us(), last = atomic_load(&logged_us);
+	int64_t now = wall_us(), last = atomic_load(&logged_us), at = atomic_load(&pinged_us);
+	int pg_ok, kafka_ok = r->events == NULL || events_connected(r->events);
 
-	if (!pg_ok && (now - last > 10000000 || now < last) &&
-	    atomic_compare_exchange_strong(&logged_us, &last, now))
-		log_warnx("readyz: PostgreSQL: %s", errstr);
+	if (at != 0 && now >= at && now - at < 1000000) {
+		pg_ok = atomic_load(&pinged_ok);
+	} else {
+		pg_ok = pgpool_ping(r->pg, errstr, sizeof(errstr)) == 0;
+		atomic_store(&pinged_ok, pg_ok);
+		atomic_store(&pinged_us, wall_us());
+		if (!pg_ok && (now - last > 10000000 || now < last) &&
+		    atomic_compare_exchange_strong(&logged_us, &last, now))
+			log_warnx("readyz: PostgreSQL: %s", errstr);
+	}
 	return http_json(req, pg_ok && kafka_ok ? 200 : 503, json_pack("{s:s, s:s, s:s}",
 	    "status", pg_ok && kafka_ok ? "ready" : "unavailable",
 	    "postgresql", pg_ok ? "ok" : "unreachable",
