@@ -161,6 +161,23 @@ lru_front(struct shard *s, struct lcache_entry *e)
 	s->head = e;
 }
 
+/* Moves e to the LRU's end, the next to be evicted. Shard locked. */
+static void
+lru_back(struct shard *s, struct lcache_entry *e)
+{
+	if (s->tail == e)
+		return;
+	if (e->lru_prev)
+		e->lru_prev->lru_next = e->lru_next;
+	else
+		s->head = e->lru_next;
+	e->lru_next->lru_prev = e->lru_prev;
+	e->lru_prev = s->tail;
+	e->lru_next = NULL;
+	s->tail->lru_next = e;
+	s->tail = e;
+}
+
 /* Evicts least recently used ready entries (never keep) while over bounds. */
 static void
 evict(struct lcache *c, struct shard *s, struct lcache_entry *keep)
@@ -255,6 +272,11 @@ fill(struct lcache *c, struct shard *s, struct lcache_entry *e, struct lcache_re
 	e->bytes += add;
 	if (e->in_table) {
 		s->bytes += add;
+		/* An unknown code goes to the LRU's end until it is asked for
+		 * again: a flood of made-up codes then evicts its own entries,
+		 * not the links in use. */
+		if (rc == 0)
+			lru_back(s, e);
 		evict(c, s, e);
 	}
 }

@@ -46,6 +46,8 @@ load(void *ctx, const char *code, struct lcache_rec *rec, char *errstr, size_t e
 		snprintf(errstr, errstr_size, "down");
 		return -1;
 	}
+	if (strncmp(code, "none", 4) == 0)
+		return 0; /* no such code */
 	snprintf(url, sizeof(url), "https://example.com/%s/v%d", code, v);
 	rec->id = 1;
 	rec->hits = d->hits;
@@ -311,6 +313,38 @@ test_chains_are_short(void)
 	lcache_free(c);
 }
 
+/* A flood of unknown codes, ten times the cache's size, leaves the links in
+ * use cached: an unknown code's entry goes to the LRU's end (it evicted the
+ * least recently used links, and each was then loaded again). */
+static void
+test_unknown_codes_do_not_evict_links(void)
+{
+	struct db d;
+	struct lcache *c;
+	char code[16], url[128];
+	int loads;
+
+	init_db(&d);
+	c = new_cache(&d, 60000, 64 * 8);
+	for (int i = 0; i < 32; i++) {
+		snprintf(code, sizeof(code), "real%02d", i);
+		get_now(c, code, url, sizeof(url));
+	}
+	for (int i = 0; i < 5120; i++) {
+		snprintf(code, sizeof(code), "none%05d", i);
+		get_now(c, code, url, sizeof(url));
+		CHECK(url[0] == '\0', "unknown code %s got \"%s\"", code, url);
+	}
+	loads = d.loads;
+	for (int i = 0; i < 32; i++) {
+		snprintf(code, sizeof(code), "real%02d", i);
+		get_now(c, code, url, sizeof(url));
+	}
+	CHECK(d.loads == loads, "%d of 32 links loaded again after a flood of unknown codes",
+	    d.loads - loads);
+	lcache_free(c);
+}
+
 int
 main(void)
 {
@@ -320,6 +354,7 @@ main(void)
 	test_failed_load_wakes_waiters();
 	test_refresh_keeps_uncounted_hits();
 	test_chains_are_short();
+	test_unknown_codes_do_not_evict_links();
 	printf("test_lcache: %d passed, %d failed\n", unit_passed, unit_failed);
 	return unit_failed ? 1 : 0;
 }
