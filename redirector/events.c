@@ -909,7 +909,7 @@ events_new(const struct events_conf *conf, char *errstr, size_t errstr_size)
 	pthread_mutex_init(&ev->mtx, NULL);
 	pthread_mutex_init(&ev->locals_mtx, NULL);
 	if (monotime_cond_init(&ev->cond) < 0) {
-		errstr_set(errstr, errstr_size, "events: " "cannot set up a condition variable on CLOCK_MONOTONIC");
+		errstr_set(errstr, errstr_size, "events: cannot set up a condition variable on CLOCK_MONOTONIC");
 		events_close(ev);
 		return NULL;
 	}

@@ -249,8 +249,7 @@ http_location_url(const char *url)
 {
 	const char *s = strstr(url, "://"), *host, *end, *at;
 	char *name, *ace, *out = NULL;
-	size_t hl, al, ul = strlen(url);
-	int ascii = 1;
+	size_t hl, ul = strlen(url);
 
 	if (s == NULL)
 		return strdup(url);
@@ -259,18 +258,16 @@ http_location_url(const char *url)
 	for (at = host; at < end; at++)
 		if (*at == '@')
 			host = at + 1;  /* after the user information */
-	if (*host != '[')       /* an IP literal has no name to convert */
-		for (at = host; at < end && *at != ':'; at++)
-			if ((unsigned char)*at >= 0x80)
-				ascii = 0;
-	if (ascii)
-		return strdup(url);
+	/* the name up to a port; an ASCII one (an IP literal too) stays */
 	hl = strcspn(host, ":/?#");
 	if ((name = strndup(host, hl)) == NULL)
 		return NULL;
-	if ((ace = http_host_ace(name)) != NULL && (al = strlen(ace)) > 0 &&
-	    (out = malloc(ul - hl + al + 1)) != NULL) {
-		size_t pre = (size_t)(host - url);
+	ace = http_host_ace(name);
+	free(name);
+	if (ace == NULL)
+		return strdup(url);
+	if ((out = malloc(ul - hl + strlen(ace) + 1)) != NULL) {
+		size_t pre = (size_t)(host - url), al = strlen(ace);
 
 		memcpy(out, url, pre);
 		memcpy(out + pre, ace, al);
@@ -281,7 +278,6 @@ http_location_url(const char *url)
 		}
 	}
 	free(ace);
-	free(name);
 	return out != NULL ? out : strdup(url);
 }
 
@@ -518,8 +514,9 @@ check_head(struct http_server *s, struct reqstate *st, struct MHD_Connection *co
 	    MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
 	struct head_count hc = { 0, 0 };
 
-	MHD_get_connection_values(conn, MHD_HEADER_KIND, count_headers, &hc);
-	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, count_headers, &hc);
+	/* one walk: the kind is a mask */
+	MHD_get_connection_values(conn, MHD_HEADER_KIND | MHD_GET_ARGUMENT_KIND, count_headers,
+	    &hc);
 	/* the bytes and libmicrohttpd's records of them: a head within this
 	 * leaves the response's share of the memory free (a query of many
 	 * short arguments left too little for a long Location: the

@@ -120,6 +120,34 @@ lcache_release(struct lcache *c, struct lcache_entry *e)
 		put(c, e);
 }
 
+/* The LRU list of a shard (head most recent, tail next to be evicted).
+ * Shard locked. */
+static void
+lru_remove(struct shard *s, struct lcache_entry *e)
+{
+	if (e->lru_prev)
+		e->lru_prev->lru_next = e->lru_next;
+	else
+		s->head = e->lru_next;
+	if (e->lru_next)
+		e->lru_next->lru_prev = e->lru_prev;
+	else
+		s->tail = e->lru_prev;
+	e->lru_prev = e->lru_next = NULL;
+}
+
+static void
+lru_push_front(struct shard *s, struct lcache_entry *e)
+{
+	e->lru_prev = NULL;
+	e->lru_next = s->head;
+	if (s->head)
+		s->head->lru_prev = e;
+	s->head = e;
+	if (s->tail == NULL)
+		s->tail = e;
+}
+
 /* Removes e from its shard's table and LRU; the table's reference is the
  * caller's to drop. Shard locked. */
 static void
@@ -131,15 +159,8 @@ unlink_entry(struct shard *s, struct lcache_entry *e)
 		pp = &(*pp)->next;
 	if (*pp == e)
 		*pp = e->next;
-	if (e->lru_prev)
-		e->lru_prev->lru_next = e->lru_next;
-	else
-		s->head = e->lru_next;
-	if (e->lru_next)
-		e->lru_next->lru_prev = e->lru_prev;
-	else
-		s->tail = e->lru_prev;
-	e->next = e->lru_prev = e->lru_next = NULL;
+	lru_remove(s, e);
+	e->next = NULL;
 	e->in_table = 0;
 	s->entries--;
 	s->bytes -= e->bytes;
@@ -150,30 +171,18 @@ lru_front(struct shard *s, struct lcache_entry *e)
 {
 	if (s->head == e)
 		return;
-	e->lru_prev->lru_next = e->lru_next;
-	if (e->lru_next)
-		e->lru_next->lru_prev = e->lru_prev;
-	else
-		s->tail = e->lru_prev;
-	e->lru_prev = NULL;
-	e->lru_next = s->head;
-	s->head->lru_prev = e;
-	s->head = e;
+	lru_remove(s, e);
+	lru_push_front(s, e);
 }
 
-/* Moves e to the LRU's end, the next to be evicted. Shard locked. */
+/* Moves e to the LRU's end, the next to be evicted. */
 static void
 lru_back(struct shard *s, struct lcache_entry *e)
 {
 	if (s->tail == e)
 		return;
-	if (e->lru_prev)
-		e->lru_prev->lru_next = e->lru_next;
-	else
-		s->head = e->lru_next;
-	e->lru_next->lru_prev = e->lru_prev;
+	lru_remove(s, e);
 	e->lru_prev = s->tail;
-	e->lru_next = NULL;
 	s->tail->lru_next = e;
 	s->tail = e;
 }
@@ -203,13 +212,7 @@ insert(struct lcache *c, struct shard *s, struct lcache_entry *e)
 
 	e->next = *b;
 	*b = e;
-	e->lru_prev = NULL;
-	e->lru_next = s->head;
-	if (s->head)
-		s->head->lru_prev = e;
-	s->head = e;
-	if (s->tail == NULL)
-		s->tail = e;
+	lru_push_front(s, e);
 	e->in_table = 1;
 	s->entries++;
 	s->bytes += e->bytes;

@@ -250,13 +250,20 @@ observe(void *ctx, const struct http_req *req)
 		    req->path, st, dt * 1000);
 }
 
+/* "/api/v1" or under it */
+static int
+is_api_path(const char *p)
+{
+	return strncmp(p, "/api/v1", 7) == 0 && (p[7] == '/' || p[7] == '\0');
+}
+
 static enum MHD_Result
 route(void *ctx, struct http_req *req)
 {
 	struct app *app = ctx;
 	const char *p = req->path;
 
-	if (strncmp(p, "/api/v1", 7) == 0 && (p[7] == '/' || p[7] == '\0'))
+	if (is_api_path(p))
 		return api_handle(&app->api, req, p + 7);
 	if (strcmp(p, "/healthz") == 0)
 		return !http_is_get(req) ? http_not_allowed(req, "GET, HEAD") :
@@ -280,8 +287,7 @@ keep_body(void *ctx, const char *path, const char *auth)
 	struct app *app = ctx;
 	char errstr[256];
 
-	return strncmp(path, "/api/v1", 7) == 0 && (path[7] == '/' || path[7] == '\0') &&
-	    strncasecmp(auth, "Bearer ", 7) == 0 &&
+	return is_api_path(path) && strncasecmp(auth, "Bearer ", 7) == 0 &&
 	    apikey_check(app->pg, auth + 7, errstr, sizeof(errstr)) > 0;
 }
 

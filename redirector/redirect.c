@@ -206,7 +206,14 @@ redirect_cache_stats(struct redirect *r, struct lcache_stats *out)
 	lcache_stats(r->cache, out);
 }
 
-static int64_t wall_us(void);
+static int64_t
+wall_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 /* The answer names what is down without libpq's message (a public path:
  * it names internal hosts, addresses and the database user); that goes to
@@ -254,8 +261,6 @@ code_of(struct http_req *req, char *out, size_t size, const char **query)
 		p = req->query;
 		n = strcspn(p, "&");
 		*query = p[n] == '&' && p[n + 1] != '\0' ? p + n + 1 : NULL;
-		if (*query != NULL && **query == '\0')
-			*query = NULL;
 		if (memchr(p, '%', n) != NULL) {
 			/* raw here (the path form is decoded by libmicrohttpd):
 			 * "/?%68uTtLP" is "/?huTtLP", as "/%68uTtLP" is "/huTtLP" */
@@ -274,9 +279,9 @@ code_of(struct http_req *req, char *out, size_t size, const char **query)
 		}
 	} else {
 		n = strlen(p);
+		if (*query != NULL && **query == '\0')
+			*query = NULL;
 	}
-	if (*query != NULL && **query == '\0')
-		*query = NULL;
 	if (n == 0 || n >= size)
 		return 0;
 	memcpy(out, p, n);
@@ -323,14 +328,6 @@ forward_url(const char *target, const char *query)
 	return out;
 }
 
-static int64_t
-wall_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* The status a link answers with now; counts the visit when it redirects. */
 static int

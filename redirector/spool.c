@@ -339,7 +339,7 @@ spool_open(const struct spool_conf *conf, char *errstr, size_t errstr_size)
 	pthread_mutex_init(&s->mtx, NULL);
 	pthread_mutex_init(&s->io, NULL);
 	if (monotime_cond_init(&s->cond) < 0) {
-		errstr_set(errstr, errstr_size, "spool: " "cannot set up a condition variable on CLOCK_MONOTONIC");
+		errstr_set(errstr, errstr_size, "spool: cannot set up a condition variable on CLOCK_MONOTONIC");
 		goto fail;
 	}
 	if (mkdirs(s->dir) < 0) {
