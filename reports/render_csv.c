@@ -8,19 +8,21 @@
 #include <string.h>
 
 /* A field a spreadsheet would read as a formula, one starting with = + - @
- * tab or CR (OWASP's CSV injection list), gets a leading apostrophe, which
- * Excel, LibreOffice and Google Sheets show as text: user agents' device
- * and browser names, referer hosts and tags come from anyone. */
+ * tab or CR (OWASP's CSV injection list) after any spaces (which LibreOffice
+ * trims on import when asked to), gets a leading apostrophe, which Excel,
+ * LibreOffice and Google Sheets show as text: user agents' device and
+ * browser names, referer hosts and tags come from anyone. */
 void
 render_csv_field(FILE *f, const char *s)
 {
-	size_t n;
+	size_t n, lead;
 	int formula;
 
 	if (s == NULL)
 		return;
 	n = strlen(s);
-	formula = n > 0 && strchr("=+-@\t\r", s[0]) != NULL;
+	lead = strspn(s, " ");
+	formula = lead < n && strchr("=+-@\t\r", s[lead]) != NULL;
 	if (strpbrk(s, ",\"\r\n") == NULL && (n == 0 || (s[0] != ' ' && s[n - 1] != ' '))) {
 		if (formula)
 			fputc('\'', f);
