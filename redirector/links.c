@@ -10,6 +10,7 @@
 #include "pool.h"
 #include "rfc3339.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <curl/curl.h>
@@ -73,6 +74,19 @@ url_host(const char *url, char *host, size_t host_size)
 	return host;
 }
 
+/* localhost, *.localhost, 127.0.0.0/8 or [::1] (as url_host writes them). */
+static int
+loopback_host(const char *host)
+{
+	struct in_addr a;
+	size_t n = strlen(host);
+
+	if (strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0 ||
+	    (n > 10 && strcmp(host + n - 10, ".localhost") == 0))
+		return 1;
+	return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
 struct links *
 links_new(const struct links_conf *conf, struct pgpool *pg, struct kv *kv, struct bloom *bloom,
           struct pool *pool, char *errstr, size_t errstr_size)
@@ -97,6 +111,17 @@ links_new(const struct links_conf *conf, struct pgpool *pg, struct kv *kv, struc
 	}
 	if (L->base_host[0] == '\0') {
 		snprintf(errstr, errstr_size, "base_url: \"%s\" is not a URL with a host", conf->base_url);
+		links_free(L);
+		return NULL;
+	}
+	/* Anyone could compute a public key's codes in order (the strategy's
+	 * point is that they cannot): a development default must not serve
+	 * the public. */
+	if (strcmp(conf->seq_secret, LINKS_DEV_SEQUENCE_SECRET) == 0 &&
+	    !loopback_host(L->base_host)) {
+		snprintf(errstr, errstr_size, "sequence_secret: the built-in key is public and "
+		    "base_url's host (%s) is not a loopback one: set your own (e.g. openssl rand "
+		    "-hex 32; never change it after)", L->base_host);
 		links_free(L);
 		return NULL;
 	}

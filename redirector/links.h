@@ -17,6 +17,10 @@ enum links_strategy { LINKS_RANDOM = 0, LINKS_SEQUENCE = 1, LINKS_HASH = 2, LINK
 
 struct pool;
 
+/* The built-in sequence_secret: public (it is in the sources), so
+ * links_new refuses it unless base_url's host is a loopback one. */
+#define LINKS_DEV_SEQUENCE_SECRET "linkpulse-dev-sequence-secret"
+
 struct links_conf {
 	const char *base_url;     /* e.g. "https://s.example" (no trailing slash) */
 	int default_length;       /* 1..8 */

@@ -76,6 +76,8 @@ struct redirector_conf {
 	long long spool_max_bytes;
 	long long spool_fsync_ms;
 	char *metrics_allow;
+	char *metrics_addr;
+	long long metrics_port;
 	char *log_level;
 	char *log_format;
 };
@@ -110,8 +112,8 @@ static const struct cfg_opt redirector_tab[] = {
 	{ "code_strategy", CFG_ENUM, "random", 0, 0, "random|hash|sequence", OFF(code_strategy), 0,
 	  "default code strategy (overridable per request)" },
 	{ "code_length", CFG_INT, "6", 1, 8, NULL, OFF(code_length), 0, "default code length" },
-	{ "sequence_secret", CFG_STR, "linkpulse-dev-sequence-secret", 0, 0, NULL, OFF(sequence_secret), 0,
-	  "key of the sequence strategy's permutation (set your own in production; never change it)" },
+	{ "sequence_secret", CFG_STR, LINKS_DEV_SEQUENCE_SECRET, 0, 0, NULL, OFF(sequence_secret), 0,
+	  "key of the sequence strategy's permutation: the built-in one is public and refused unless base_url's host is a loopback one (set your own, e.g. openssl rand -hex 32; never change it)" },
 	{ "pool_low_water", CFG_INT, "20000", 1, 100000000, NULL, OFF(pool_low_water), 0,
 	  "refill the Redis code pool below this many codes" },
 	{ "pool_batch", CFG_INT, "10000", 1, 1000000, NULL, OFF(pool_batch), 0, "codes generated per refill round" },
@@ -154,6 +156,11 @@ static const struct cfg_opt redirector_tab[] = {
 	{ "metrics_allow", CFG_STR, "127.0.0.0/8,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16", 0, 0,
 	  NULL, OFF(metrics_allow), 0,
 	  "comma-separated CIDRs that may GET /metrics (others get 404; empty = nobody)" },
+	{ "metrics_port", CFG_INT, "0", 0, 65535, NULL, OFF(metrics_port), 0,
+	  "also serve GET /metrics (to anyone who reaches it) on a listener of its own at "
+	  "metrics_addr:metrics_port (0 = none); with it, metrics_allow can be empty" },
+	{ "metrics_addr", CFG_STR, "127.0.0.1", 0, 0, NULL, OFF(metrics_addr), 0,
+	  "address of the metrics_port listener (numeric IPv4 or IPv6)" },
 	{ "log_level", CFG_ENUM, "info", 0, 0, "debug|info|warn|error", OFF(log_level), 1,
 	  "log level (debug adds one line per request)" },
 	{ "log_format", CFG_ENUM, "logfmt", 0, 0, "logfmt|json", OFF(log_format), 1, "log line format" },
@@ -181,6 +188,7 @@ struct app {
 	int argc;                /* the arguments cfg_from_args read */
 	char **argv;
 	struct metrics *metrics;
+	struct metricsd *metricsd;        /* the metrics_port listener, or NULL */
 	struct clientip *metrics_allow;
 	struct metrics_family *requests;  /* by status */
 	struct metrics_series *latency;
@@ -486,6 +494,7 @@ reload(struct app *app)
 static void
 app_free(struct app *app)
 {
+	metricsd_stop(app->metricsd); /* first: a scrape reads what the rest frees */
 	redirect_free(app->redir);
 	events_close(app->events);
 	links_free(app->links);
@@ -525,10 +534,15 @@ serve(struct app *app)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	if (metrics_setup(app, errstr, sizeof(errstr)) < 0) {
+	if (metrics_setup(app, errstr, sizeof(errstr)) < 0 ||
+	    (cf->metrics_port > 0 && (app->metricsd = metricsd_start(cf->metrics_addr,
+	    (int)cf->metrics_port, app->metrics, NULL, NULL, errstr, sizeof(errstr))) == NULL)) {
 		log_fatalx("metrics: %s", errstr);
 		return 1;
 	}
+	if (app->metricsd != NULL)
+		log_info("metrics on http://%s:%d/metrics", cf->metrics_addr,
+		    metricsd_port(app->metricsd));
 	lc.base_url = cf->base_url;
 	lc.default_length = (int)cf->code_length;
 	lc.default_strategy = strcmp(cf->code_strategy, "hash") == 0 ? LINKS_HASH :

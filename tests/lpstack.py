@@ -418,8 +418,12 @@ def family(pid):
     return pids
 
 def program(name, workdir, settings, extra_args=(), env=None):
-    """A linkpulse program with -o name=value settings."""
+    """A linkpulse program with -o name=value settings. A redirector gets a
+    sequence_secret of its own unless settings name one (the built-in key is
+    refused when base_url's host is not a loopback one)."""
     argv = [os.path.join(BIN, name)]
+    if name == "redirector" and "sequence_secret" not in settings:
+        settings = dict(settings, sequence_secret="lpstack-test-sequence-secret")
     for k, v in settings.items():
         argv += ["-o", f"{k}={v}"]
     argv += list(extra_args)
@@ -438,8 +442,10 @@ def http_get(url, timeout=5):
 # ---------------------------------------------------------------- make run
 
 def _write_env(path, values):
+    """Mode 0600: it holds the dev API key (var/dev-api-key is 0600 too)."""
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        os.fchmod(f.fileno(), 0o600)
         for k, v in values.items():
             f.write(f"{k}='{v}'\n")
     os.replace(tmp, path)

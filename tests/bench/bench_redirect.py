@@ -25,12 +25,16 @@ import os
 import re
 import subprocess
 import resource
+import shutil
 import statistics
 import time
 
 import requests
 
 import lpstack
+
+# by path: /usr/sbin is not on a user's PATH on Debian (make bench as non-root)
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 ROTATE_LUA = r"""
 local codes = {%CODES%}
@@ -127,7 +131,7 @@ def start_nginx(work, name, access_log, own):
     with open(conf, "w") as f:
         f.write(NGINX_CONF % {"work": work, "port": port, "name": name,
                               "access_log": access_log})
-    proc = subprocess.Popen(["nginx", "-p", work, "-c", conf], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([NGINX, "-p", work, "-c", conf], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=own)
     lpstack.wait_port(port, proc=proc, what="nginx")
     return proc, port

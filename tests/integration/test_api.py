@@ -812,6 +812,35 @@ def test_sequence_strategy(api):
     assert same < 29 * 6 / 4
 
 
+def test_public_sequence_secret_refused_off_loopback(pg):
+    """The built-in sequence_secret is in the sources: anyone could compute
+    that key's codes in order. A redirector with it and a base_url whose host
+    is not a loopback one refuses to start, naming the setting; on a loopback
+    host (a development machine) it starts."""
+    dev = "linkpulse-dev-sequence-secret"
+    for base in ("https://lnk.example.com", "http://10.0.0.5:8080", "http://[2001:db8::1]/"):
+        r = subprocess.run([os.path.join(lpstack.BIN, "redirector"), "-o", f"pg_dsn={pg.dsn}",
+                            "-o", "redis_url=", "-o", "kafka_bootstrap=", "-o",
+                            f"listen_port={lpstack.free_port()}", "-o", f"base_url={base}",
+                            "-o", f"sequence_secret={dev}", "-o", "bloom_expected=1000"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "sequence_secret" in r.stderr, (base, r.returncode, r.stderr)
+    for base in ("http://127.0.0.1:8080", "http://localhost", "http://s.localhost",
+                 "http://[::1]:8080"):
+        port = lpstack.free_port()
+        p = subprocess.Popen([os.path.join(lpstack.BIN, "redirector"), "-o", f"pg_dsn={pg.dsn}",
+                              "-o", "redis_url=", "-o", "kafka_bootstrap=", "-o",
+                              f"listen_port={port}", "-o", f"base_url={base}",
+                              "-o", f"sequence_secret={dev}", "-o", "bloom_expected=1000"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            lpstack.wait_port(port, proc=p, what="redirector")
+        finally:
+            p.terminate()
+            _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, (base, p.returncode, err)
+
+
 def test_pool_concurrent_no_duplicates(api):
     """Many connections creating at once while the pool refills."""
     wait_pool(api)

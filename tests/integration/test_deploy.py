@@ -292,12 +292,39 @@ def test_systemd_timer():
     assert os.path.isfile(os.path.join(DEPLOY, "systemd", "linkpulse-reports.service"))
 
 
+@pytest.mark.parametrize("prog", PROGRAMS)
+def test_systemd_env_examples(prog):
+    """deploy/systemd/<prog>.env.example, the EnvironmentFile the docs tell
+    you to write: every LINKPULSE_* name is one the program accepts, and it
+    sets every connection setting the program has (their defaults point at
+    127.0.0.1) and, for the redirector, what its defaults get wrong off a
+    development machine."""
+    path = os.path.join(DEPLOY, "systemd", f"{prog}.env.example")
+    names = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                k, v = line.split("=", 1)
+                names[k] = v
+    accepted = config_names(prog)
+    unknown = {k for k in names if k.startswith("LINKPULSE_")} - accepted
+    assert not unknown, f"{path}: {prog} does not accept {sorted(unknown)}"
+    want = {"LINKPULSE_" + c.upper() for c in CONNECTIONS} & accepted
+    if prog == "redirector":
+        want |= {"LINKPULSE_LISTEN_ADDR", "LINKPULSE_BASE_URL", "LINKPULSE_SEQUENCE_SECRET",
+                 "LINKPULSE_WORKER_ID", "LINKPULSE_TRUSTED_PROXIES", "LINKPULSE_METRICS_ALLOW"}
+    missing = want - set(names)
+    assert not missing, f"{path} does not set {sorted(missing)}"
+    assert names["LINKPULSE_PG_DSN"].startswith("postgresql://") and "PGPASSWORD" in names
+
+
 @pytest.fixture
 def units_here(tmp_path):
     """The units with ExecStart pointing at the built programs (verify
     checks that the executables exist)."""
     out = []
-    for src in sorted(glob.glob(os.path.join(DEPLOY, "systemd", "*"))):
+    for src in sorted(glob.glob(os.path.join(DEPLOY, "systemd", "linkpulse-*"))):
         with open(src) as f:
             text = f.read().replace("/usr/local/bin/", BIN.rstrip("/") + "/")
         dst = tmp_path / os.path.basename(src)

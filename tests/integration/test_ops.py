@@ -169,6 +169,23 @@ def test_redirector_metrics_allow(procs, pg, workdir):
     assert r.status_code == 404 and "linkpulse_" not in r.text
 
 
+def test_redirector_metrics_port(procs, pg, workdir):
+    """metrics_port: /metrics on a listener of its own (for a container
+    whose public port every client may reach from a private-looking address)
+    while metrics_allow empty answers nobody on the public port."""
+    mport = lpstack.free_port()
+    red = start(procs, pg, None, None, workdir, {"metrics_allow": "", "metrics_port": mport,
+                                                 "metrics_addr": "127.0.0.1"})
+    assert red.get("/metrics").status_code == 404
+    lpstack.wait_port(mport, proc=red.proc.proc, what="redirector metrics")
+    red.get("/nosuchcode")
+    samples = scrape(mport)
+    assert val(samples, "linkpulse_redirector_requests_total", '{status="404"}') >= 2, samples
+    assert val(samples, "linkpulse_redirector_cache_entries") >= 1
+    assert val(samples, "linkpulse_redirector_code_pool_size") == -1  # no Redis
+    assert red.proc.stop(timeout=60) == 0, red.proc.output()[-2000:]
+
+
 def test_ingest_metrics_move_with_events(procs, pg, broker):
     ing = start_ingest(procs, pg, broker, batch_max_events=100)
     port = metrics_port(ing)
