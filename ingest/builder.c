@@ -208,7 +208,7 @@ lane_stop(struct lane *ln)
 			    100.0 * (double)us.hits / (double)(us.hits + us.misses));
 		if (us.limited > 0)
 			log_warnx("lane %d: %llu user agents hit PCRE2's match limit in some regex "
-			    "(parsed as if it did not match, not cached)", ln->k,
+			    "(parsed as if it did not match, and cached so)", ln->k,
 			    (unsigned long long)us.limited);
 	}
 	enrich_free(ln->enr);

@@ -59,9 +59,19 @@ compact_once(struct compactor *c)
 	PGcancel *cancel;
 	int quit;
 
+	/* As the loading lanes connect: a black-holed server fails the
+	 * statement (and compactor_stop's cancel request) in ~30 s instead of
+	 * holding a stopping ingest past its supervisor's stop timeout. The
+	 * DSN's own values win (dbname last). */
+	static const char *const keys[] = { "connect_timeout", "application_name", "keepalives",
+	    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+	    "dbname", NULL };
+	const char *vals[] = { "5", "linkpulse-ingest-compactor", "1", "10", "5", "3", "30000",
+	    c->dsn, NULL };
+
 	if (c->conn == NULL || PQstatus(c->conn) != CONNECTION_OK) {
 		PQfinish(c->conn);
-		c->conn = PQconnectdb(c->dsn);
+		c->conn = PQconnectdbParams(keys, vals, 1);
 		if (PQstatus(c->conn) != CONNECTION_OK) {
 			log_warnx("link_day_dim compaction: PostgreSQL: %s (retried in %d s)",
 			    c->conn ? PQerrorMessage(c->conn) : "out of memory", c->interval_s);

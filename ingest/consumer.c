@@ -19,6 +19,7 @@ struct consumer {
 	char *topic;
 	volatile sig_atomic_t *stop;
 	void (*drain)(void *ctx);
+	void (*offsets_unreadable)(void *ctx, int failing); /* or NULL */
 	void *ctx;
 	int64_t *expected;  /* indexed by partition, -1 unassigned */
 	int *lane;          /* indexed by partition: its loading lane */
@@ -105,9 +106,13 @@ fill_stored_offsets(struct consumer *c, rd_kafka_topic_partition_list_t *parts)
 		if (*c->stop)
 			goto out;
 		log_error("reading stored offsets: %s; retrying in %d ms", err, backoff);
+		if (c->offsets_unreadable)
+			c->offsets_unreadable(c->ctx, 1);
 		sleep_ms(backoff);
 		backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
 	}
+	if (c->offsets_unreadable)
+		c->offsets_unreadable(c->ctx, 0);
 	for (int i = 0; i < n; i++) {
 		int64_t o = offs[i] < 0 ? 0 : offs[i];
 		parts->elems[i].offset = o;
@@ -234,7 +239,7 @@ consumer_new(const struct consumer_conf *cc, struct loader *loader, char *errstr
 	rd_kafka_conf_t *kc;
 	rd_kafka_topic_partition_list_t *sub;
 	rd_kafka_resp_err_t err;
-	char num[24];
+	char num[24], hb[24];
 
 	if (c == NULL || (c->topic = strdup(cc->topic)) == NULL) {
 		free(c);
@@ -244,9 +249,14 @@ consumer_new(const struct consumer_conf *cc, struct loader *loader, char *errstr
 	c->loader = loader;
 	c->stop = cc->stop;
 	c->drain = cc->drain;
+	c->offsets_unreadable = cc->offsets_unreadable;
 	c->ctx = cc->ctx;
 	kc = rd_kafka_conf_new();
 	snprintf(num, sizeof(num), "%d", cc->session_timeout_ms);
+	/* a third of the session, at most librdkafka's default 3 s: heartbeats
+	 * further apart than the session would lose the group */
+	snprintf(hb, sizeof(hb), "%d", cc->session_timeout_ms / 3 < 3000 ?
+	    cc->session_timeout_ms / 3 : 3000);
 	if (set(kc, "bootstrap.servers", cc->bootstrap, errstr, errstr_size) < 0 ||
 	    set(kc, "group.id", cc->group, errstr, errstr_size) < 0 ||
 	    set(kc, "client.id", "linkpulse-ingest", errstr, errstr_size) < 0 ||
@@ -255,6 +265,7 @@ consumer_new(const struct consumer_conf *cc, struct loader *loader, char *errstr
 	    /* out of range is reported to us (then recorded in ingest_lost) */
 	    set(kc, "auto.offset.reset", "error", errstr, errstr_size) < 0 ||
 	    set(kc, "session.timeout.ms", num, errstr, errstr_size) < 0 ||
+	    set(kc, "heartbeat.interval.ms", hb, errstr, errstr_size) < 0 ||
 	    set(kc, "enable.partition.eof", "false", errstr, errstr_size) < 0 ||
 	    set(kc, "fetch.wait.max.ms", "100", errstr, errstr_size) < 0 ||
 	    set(kc, "queued.max.messages.kbytes", "131072", errstr, errstr_size) < 0) {

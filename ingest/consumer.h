@@ -22,6 +22,10 @@ struct consumer_conf {
 	/* Called (in the polling thread) before partitions are revoked and
 	 * before a re-seek: the caller finishes or drops its current batch. */
 	void (*drain)(void *ctx);
+	/* Called (in the polling thread; may be NULL) with 1 when reading the
+	 * stored offsets failed (the read is retried until it works or stop is
+	 * set, nothing loading meanwhile), with 0 when a read worked. */
+	void (*offsets_unreadable)(void *ctx, int failing);
 	void *ctx;
 };
 

@@ -555,6 +555,7 @@ store_offsets(struct loader *l, const int32_t *parts, const int64_t *next, int n
 	char *pa = int_array(NULL, parts, n), *oa = int_array(next, NULL, n);
 	const char *params[5] = { l->group, l->topic, pa, oa, force ? "t" : "f" };
 	PGresult *r;
+	int rc;
 
 	if (pa == NULL || oa == NULL) {
 		errstr_set(errstr, errstr_size, "out of memory");
@@ -569,10 +570,11 @@ store_offsets(struct loader *l, const int32_t *parts, const int64_t *next, int n
 	    " CASE WHEN $5::bool THEN EXCLUDED.next_offset"
 	    " ELSE greatest(t.next_offset, EXCLUDED.next_offset) END, update_time = now()",
 	    5, params, errstr, errstr_size);
+	rc = r == NULL ? -1 : 0;
 	PQclear(r);
 	free(pa);
 	free(oa);
-	return r == NULL ? -1 : 0;
+	return rc;
 }
 
 static void
@@ -739,8 +741,17 @@ again:
 		next[i] = b->next_offset[b->touched[i]];
 	if (store_offsets(l, b->touched, next, ntouched, 0, errstr, errstr_size) < 0)
 		goto fail;
-	if (exec_ok(l, "COMMIT", errstr, errstr_size) < 0)
+	if (exec_ok(l, "COMMIT", errstr, errstr_size) < 0) {
+		/* A connection lost during COMMIT may have committed: the
+		 * offsets read back at recovery decide, not this message. */
+		if (PQstatus(l->conn) == CONNECTION_BAD) {
+			size_t n = strlen(errstr);
+
+			snprintf(errstr + n, errstr_size - n, " (unless the COMMIT arrived: the "
+			    "connection broke during it; the offsets read back decide)");
+		}
 		goto fail;
+	}
 	free(next);
 	free(keep);
 	if (probe && l->probe_batches > 0)

@@ -71,10 +71,12 @@ static const struct cfg_opt ingest_tab[] = {
 	{ "metrics_addr", CFG_STR, "127.0.0.1", 0, 0, NULL, OFF(metrics_addr), 0,
 	  "address of the /metrics and /healthz listener (numeric IPv4 or IPv6; 0.0.0.0 = all)" },
 	{ "metrics_port", CFG_INT, "9101", 1, 65535, NULL, OFF(metrics_port), 0, "port of /metrics and /healthz" },
-	{ "batch_max_events", CFG_INT, "40000", 1, 1000000, NULL, OFF(batch_max_events), 1, "close a batch at this many events" },
+	{ "batch_max_events", CFG_INT, "40000", 1, 200000, NULL, OFF(batch_max_events), 1,
+	  "close a batch at this many events (the lanes' buffers, written at start: ~2.4 KB per event of this, 94 MB at 40000)" },
 	{ "batch_max_ms", CFG_INT, "500", 1, 600000, NULL, OFF(batch_max_ms), 1, "close a batch after this long" },
-	{ "kafka_session_timeout_ms", CFG_INT, "10000", 1000, 300000, NULL, OFF(kafka_session_timeout_ms), 0,
-	  "consumer group session timeout (a killed ingest's partitions move after this)" },
+	{ "kafka_session_timeout_ms", CFG_INT, "10000", 6000, 300000, NULL, OFF(kafka_session_timeout_ms), 0,
+	  "consumer group session timeout (a killed ingest's partitions move after this; "
+	  "brokers refuse less than their group.min.session.timeout.ms, 6000 by default)" },
 	{ "ua_cache_entries", CFG_INT, "100000", 0, 10000000, NULL, OFF(ua_cache_entries), 0,
 	  "user-agent parse cache size (0: no cache)" },
 	{ "geoip_cache_records", CFG_INT, "4096", 0, 1048576, NULL, OFF(geoip_cache_records), 0,
@@ -117,6 +119,7 @@ struct app {
 
 static volatile sig_atomic_t stop_flag, hup_flag;
 static atomic_int unhealthy; /* loads failing: /healthz answers 503 */
+static atomic_int offsets_failing; /* the stored offsets cannot be read: 503 too */
 
 static void
 on_signal(int sig)
@@ -132,6 +135,11 @@ static int
 health(void *arg, char *reason, size_t reason_size)
 {
 	(void)arg;
+	if (atomic_load(&offsets_failing)) {
+		snprintf(reason, reason_size, "the stored offsets cannot be read from PostgreSQL "
+		    "(retrying; nothing loads meanwhile)");
+		return 0;
+	}
 	if (atomic_load(&unhealthy)) {
 		snprintf(reason, reason_size, "batches cannot be loaded into PostgreSQL "
 		    "(retrying from the stored offsets)");
@@ -180,7 +188,7 @@ lane_done(void *ctx, int lane, const struct batch *b, int rc, const struct loade
 		if (b == NULL)
 			log_error("%s; dropping what is queued, re-reading from the stored offsets", err);
 		else
-			log_error("lane %d: batch of %zu messages rolled back, nothing of it stored: %s; "
+			log_error("lane %d: batch of %zu messages failed, rolled back: %s; "
 			    "retrying from the stored offsets", lane, b->messages, err);
 		return;
 	}
@@ -194,6 +202,15 @@ lane_done(void *ctx, int lane, const struct batch *b, int rc, const struct loade
 	log_debug("lane %d: batch committed: %zu messages, %llu rows, %llu duplicates, %llu rejects",
 	    lane, b->messages, (unsigned long long)res->inserted,
 	    (unsigned long long)res->duplicates, (unsigned long long)res->rejects);
+}
+
+/* consumer_conf.offsets_unreadable: /healthz follows the stored offsets'
+ * reads (at assignment, and in a recovery's re-seek). */
+static void
+offsets_unreadable(void *ctx, int failing)
+{
+	(void)ctx;
+	atomic_store(&offsets_failing, failing);
 }
 
 /* Closes the batch taken so far (the lanes load it as they finish it). */
@@ -275,9 +292,9 @@ recover(struct app *a)
 		return;
 	a->failed = 0;
 	a->recovered_ms = now_ms();
-	atomic_store(&unhealthy, 0);
 	if (reseek(a) < 0)
 		return;
+	atomic_store(&unhealthy, 0); /* reconnected and re-read: loading again */
 	a->unloaded = 0;
 	log_info("recovered: loading again from the stored offsets");
 }
@@ -314,7 +331,7 @@ out_of_range(struct app *a, int32_t p, int64_t at, const char *what)
 		    "(retention); resumed at %lld", what, (long long)from, (long long)low - 1,
 		    (long long)low);
 	} else if (from > high) {
-		to = -1;
+		to = low; /* where it resumed (the schema's to_offset) */
 		resume = low;
 		snprintf(reason, sizeof(reason), "%s: stored offset %lld beyond the end %lld "
 		    "(topic recreated or truncated?); resumed at %lld", what, (long long)from,
@@ -494,6 +511,7 @@ main(int argc, char **argv)
 	cc.session_timeout_ms = (int)a.conf.kafka_session_timeout_ms;
 	cc.stop = &stop_flag;
 	cc.drain = drain;
+	cc.offsets_unreadable = offsets_unreadable;
 	cc.ctx = &a;
 	if ((a.cons = consumer_new(&cc, a.loader, errstr, sizeof(errstr))) == NULL) {
 		log_fatalx("kafka consumer: %s", errstr);

@@ -4,6 +4,7 @@ PostgreSQL stopped for 20 s during a stream, offsets the broker no longer
 has (retention) landing in ingest_lost, a statement error on a working
 connection retried with backoff, and a statement stuck on a lock timed out
 and retried."""
+import contextlib
 import os
 import re
 import signal
@@ -57,6 +58,26 @@ def wait_rows_at_least(pg, n, timeout=60):
         time.sleep(0.1)
     raise AssertionError(f"fewer than {n} rows after {timeout}s: {counts(pg)}")
 
+
+
+@contextlib.contextmanager
+def table_locked(pg, table):
+    """A psql session holding ACCESS EXCLUSIVE on table (as an operator's
+    LOCK TABLE would) until the block ends: cancelled then, not on a timer."""
+    locker = subprocess.Popen(
+        [lpstack.PG_BIN + "/psql", "-X", "-q", "-d", pg.dsn, "-c",
+         f"BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(60); COMMIT;"],
+        stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while pg.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "0":
+            assert time.time() < deadline, "the lock was never taken"
+            time.sleep(0.05)
+        yield
+    finally:
+        pg.psql("SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
+                "WHERE wait_event = 'PgSleep'")
+        locker.wait(timeout=30)
 
 def test_sigkill_mid_batch_and_restart(procs, pg, broker):
     gen = EventGen(seed=11)
@@ -263,15 +284,7 @@ def test_lock_wait_fails_the_batch_and_is_retried(procs, pg, broker):
     p = producer(broker.bootstrap)
     produce(broker.bootstrap, broker.topic, events[:100], prod=p)
     wait_counts(pg, 100, 0, timeout=60, proc=ing)
-    locker = subprocess.Popen(
-        [lpstack.PG_BIN + "/psql", "-X", "-q", "-d", pg.dsn, "-c",
-         "BEGIN; LOCK TABLE link_total IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(60); COMMIT;"],
-        stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 10
-        while pg.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "0":
-            assert time.time() < deadline, "the lock was never taken"
-            time.sleep(0.05)
+    with table_locked(pg, "link_total"):  # gone when the test is done with it
         produce(broker.bootstrap, broker.topic, events[100:], prod=p)
         # /healthz says 503 while a failed batch waits for its retry (it
         # is 200 again once ingest has reconnected and re-read the offsets)
@@ -282,15 +295,40 @@ def test_lock_wait_fails_the_batch_and_is_retried(procs, pg, broker):
             time.sleep(0.02)
         assert "rolled back" in ing.output()
         assert counts(pg) == (100, 0)
-    finally:  # the lock goes when the test is done with it, not on a timer
-        pg.psql("SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
-                "WHERE wait_event = 'PgSleep'")
-        locker.wait(timeout=30)
     wait_counts(pg, len(events), 0, timeout=60, proc=ing)
     assert pg.psql("SELECT sum(next_offset) FROM ingest_offset") == str(len(events))
     assert_rollups(pg)
     deadline = time.time() + 10
     while requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code != 200:
         assert time.time() < deadline, "/healthz stayed 503 after the loads succeeded"
+        time.sleep(0.2)
+    ing.stop()
+
+
+def test_healthz_503_while_stored_offsets_cannot_be_read(procs, pg, broker):
+    """While the stored offsets cannot be read (here ingest_offset locked by
+    an operator, each read failing after pg_statement_timeout_ms; at a
+    recovery's re-seek, PostgreSQL failing again), nothing loads and
+    /healthz answers 503 naming it; until the forty-third session it said
+    200 throughout. Once the lock is gone the events load and it is 200."""
+    port = lpstack.free_port()
+    gen = EventGen(seed=16)
+    events = [gen.event() for _ in range(50)]
+    produce(broker.bootstrap, broker.topic, events)
+    with table_locked(pg, "ingest_offset"):
+        ing = start_ingest(procs, pg, broker, pg_statement_timeout_ms=1000, metrics_port=port)
+        deadline = time.time() + 30
+        while "reading stored offsets" not in ing.output():
+            assert time.time() < deadline, ing.output()[-3000:]
+            time.sleep(0.05)
+        for _ in range(5):
+            h = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+            assert h.status_code == 503 and "stored offsets" in h.text, (h.status_code, h.text)
+            time.sleep(0.3)
+        assert counts(pg) == (0, 0)
+    wait_counts(pg, len(events), 0, timeout=60, proc=ing)
+    deadline = time.time() + 10
+    while requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code != 200:
+        assert time.time() < deadline, "/healthz stayed 503 after the offsets were read"
         time.sleep(0.2)
     ing.stop()
