@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -193,6 +195,14 @@ check_args(struct args *a, const struct reports_conf *conf, char *err, size_t er
 		errstr_set(err, errsz, "--link: a code is 1-64 characters");
 		return -1;
 	}
+	/* PostgreSQL would refuse them as a database error (exit 1) */
+	if ((a->link != NULL && !errstr_utf8_valid(a->link)) ||
+	    (a->tag != NULL && !errstr_utf8_valid(a->tag)) || (a->tz && !errstr_utf8_valid(a->tz))) {
+		errstr_set(err, errsz, "--%s: not valid UTF-8", a->link != NULL &&
+		    !errstr_utf8_valid(a->link) ? "link" : a->tag != NULL &&
+		    !errstr_utf8_valid(a->tag) ? "tag" : "tz");
+		return -1;
+	}
 	if (a->from != NULL && !valid_date(a->from)) {
 		errstr_set(err, errsz, "--from \"%s\": not a date (YYYY-MM-DD)", a->from);
 		return -1;
@@ -233,7 +243,43 @@ check_args(struct args *a, const struct reports_conf *conf, char *err, size_t er
 	return 0;
 }
 
-/* Creates dir if missing and proves a file can be written in it. */
+/* One run at a time per --out directory: two (a --link beside the timer's
+ * --all) wrote the same .NAME.tmp, one truncating the file the other had
+ * just put in place, and the later swap could put the older report back.
+ * dir/.reports.lock is held with flock until the process exits (the
+ * descriptor is never closed); another run waits up to 60 s for it. */
+static int
+lock_dir(const char *dir, char *err, size_t errsz)
+{
+	char path[4096];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/.reports.lock", dir);
+	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+		errstr_set(err, errsz, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	for (int waited_ms = 0; flock(fd, LOCK_EX | LOCK_NB) < 0; waited_ms += 100) {
+		struct timespec ts = { 0, 100 * 1000000L };
+
+		if (errno != EWOULDBLOCK && errno != EINTR) {
+			errstr_set(err, errsz, "%s: %s", path, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		if (waited_ms >= 60000) {
+			errstr_set(err, errsz, "--out %s: another reports run has been writing there "
+			    "for over 60 s (%s is locked)", dir, path);
+			close(fd);
+			return -1;
+		}
+		nanosleep(&ts, NULL);
+	}
+	return 0; /* fd stays open: the lock lasts as long as the process */
+}
+
+/* Creates dir if missing, proves a file can be written in it and takes its
+ * lock (lock_dir). */
 static int
 writable_dir(const char *dir, char *err, size_t errsz)
 {
@@ -256,7 +302,7 @@ writable_dir(const char *dir, char *err, size_t errsz)
 	}
 	close(fd);
 	unlink(probe);
-	return 0;
+	return lock_dir(dir, err, errsz);
 }
 
 static int json_indent;  /* from the json_indent setting */

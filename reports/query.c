@@ -29,11 +29,11 @@ struct query {
 	PGconn *conn;            /* one connection: a second backend for the top-N
 	                          * cost more (fork, cold caches) than it saved */
 	int hll;                 /* link_hour.visitors exists */
-	char from[11], to[11];
-	char d0[11], d1[11];     /* whole UTC days of the range: [d0, d1) */
-	char m0[11], m1[11];     /* its whole UTC months [m0, m1) (m0 = m1 = d1: none) */
-	char wa0[11], wa1[11];   /* whole ISO weeks in [d0, m0) (wa0 = wa1 = m0: none) */
-	char wb0[11], wb1[11];   /* whole ISO weeks in [m1, d1) (wb0 = wb1 = d1: none) */
+	char from[16], to[16];  /* room for a year past 9999 (--to 9999-12-31: d1 is 10000-01-01) */
+	char d0[16], d1[16];     /* whole UTC days of the range: [d0, d1) */
+	char m0[16], m1[16];     /* its whole UTC months [m0, m1) (m0 = m1 = d1: none) */
+	char wa0[16], wa1[16];   /* whole ISO weeks in [d0, m0) (wa0 = wa1 = m0: none) */
+	char wb0[16], wb1[16];   /* whole ISO weeks in [m1, d1) (wb0 = wb1 = d1: none) */
 	char *top_sql;           /* owned: the top-N statement for these bounds */
 	char *top_raw_sql;       /* owned: the same rows unsummed (TOP_RAW_TAIL), or NULL
 	                          * when the range has visit_record edges */
@@ -432,7 +432,15 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	    " CASE WHEN a0 < a1 THEN a0 ELSE mlo END, CASE WHEN a0 < a1 THEN a1 ELSE mlo END,"
 	    " CASE WHEN b0 < b1 THEN b0 ELSE d1 END, CASE WHEN b0 < b1 THEN b1 ELSE d1 END,"
 	    " s < d0::timestamp AT TIME ZONE 'UTC' OR e > d1::timestamp AT TIME ZONE 'UTC',"
-	    " mid.off_hour, mid.utc"
+	    " mid.off_hour, mid.utc,"
+	    /* PostgreSQL reads a zone's text two ways: the TimeZone setting
+	     * (labels, first and last visits) and AT TIME ZONE (day and hour
+	     * bounds), which takes an abbreviation first (CET: +01:00 all
+	     * year) and a number as POSIX (+8: 8 hours west). Both must say
+	     * the same at the range's ends and mid-winter and mid-summer. */
+	    " (SELECT bool_and(x AT TIME ZONE $3 = x::timestamptz) FROM (VALUES (f::timestamp),"
+	    "  ((t + 1)::timestamp), (date_trunc('year', f) + interval '14 days 12 hours'),"
+	    "  (date_trunc('year', f) + interval '6 months 14 days 12 hours')) AS c(x))"
 	    " FROM w, LATERAL (SELECT coalesce(bool_or(x.m <> date_trunc('hour', x.m, 'UTC')), false) AS off_hour,"
 	    "  coalesce(bool_and(x.m = g.d AT TIME ZONE 'UTC'), false) AS utc"
 	    "  FROM generate_series(w.f::timestamp, (w.t + 1)::timestamp, interval '1 day') AS g(d),"
@@ -466,6 +474,16 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	q->top_raw_sql = edges ? NULL : build_top_sql(q, 0, TOP_RAW_TAIL);
 	q->split = strcmp(PQgetvalue(r, 0, 14), "t") == 0;
 	utc_days = strcmp(PQgetvalue(r, 0, 15), "t") == 0;
+	if (strcmp(PQgetvalue(r, 0, 16), "t") != 0) {
+		PQclear(r);
+		errstr_set(errstr, errstr_size, "time zone \"%s\" is ambiguous: PostgreSQL reads it "
+		    "as one offset for labels and another for day bounds (an abbreviation such as "
+		    "CET, or a bare offset such as +8); use an IANA name such as Europe/Paris or "
+		    "Etc/GMT-8", tz);
+		*bad_input = 1;
+		query_close(q);
+		return NULL;
+	}
 	PQclear(r);
 	if (q->days == NULL || q->top_sql == NULL || (!edges && q->top_raw_sql == NULL)) {
 		errstr_set(errstr, errstr_size, "out of memory");

@@ -271,7 +271,7 @@ def run(bin_dir, work):
               f"the program and its {len(libs(rep))} shared libraries, no connection)", flush=True)
         out_dir = os.path.join(work, "all")
         t_all, _ = timed(base + ["--all", "--out", out_dir], 1)
-        n_files = len(os.listdir(out_dir)) - 1
+        n_files = len([n for n in os.listdir(out_dir) if not n.startswith(".")]) - 1
         # The nightly refresh: the same run over yesterday's files. Each file
         # replaced atomically frees the old inode, and ext4 without a journal
         # (this machine's) skips inodes freed in the last minute when it

@@ -6,6 +6,7 @@ UTC, a whole-hour zone (Asia/Shanghai), a zone with a half-hour offset
 (Asia/Kolkata: hours cut by local midnight come from visit_record) and a DST
 zone. Runs once with hll sketches and once with the exact visitor fallback."""
 import csv
+import fcntl
 import io
 import json
 import os
@@ -16,6 +17,7 @@ import struct
 import subprocess
 import tempfile
 import threading
+import time
 import zlib
 
 import jsonschema
@@ -52,6 +54,12 @@ IPS = [GB_IP, US_IP, PRIVATE_IP, "89.160.20.112", "202.96.134.133", "2.125.160.2
 REFERERS = [None, "https://www.google.com/search?q=x", "http://t.co/abc"]
 LANGS = [None, "en-US,en;q=0.9", "zh-CN,zh;q=0.9"]
 
+
+
+def visible(out):
+    """The report files of an --out directory: not the hidden .NAME.tmp
+    (a refresh's previous versions) nor .reports.lock (one run at a time)."""
+    return sorted(n for n in os.listdir(out) if not n.startswith("."))
 
 def _ts(s):
     import datetime
@@ -333,7 +341,7 @@ def test_whole_months_and_weeks_from_rollups_after_compaction(db):
     for i, (f, t, tz) in enumerate(ranges):
         out = os.path.join(db.work, f"mixed-all-{i}")
         run(db, "--all", "--from", f, "--to", t, "--tz", tz, "--top", "5", "--out", out)
-        names = sorted(n for n in os.listdir(out) if n != "index.json")
+        names = sorted(n for n in visible(out) if n != "index.json")
         assert len(names) > 1 and "link-rpR.json" in names
         for name in names:
             with open(os.path.join(out, name)) as fh:
@@ -403,7 +411,7 @@ def test_link_out_keeps_a_long_code_in_the_file_name(db):
         out = os.path.join(db.work, "long-code")
         for fmt in ("json", "csv", "html"):
             run(db, "--link", code, "--format", fmt, "--out", out)
-        assert sorted(os.listdir(out)) == [f"link-{code}.{e}" for e in ("csv", "html", "json")]
+        assert sorted(visible(out)) == [f"link-{code}.{e}" for e in ("csv", "html", "json")]
     finally:
         db.psql(f"DELETE FROM url_link WHERE code = '{code}'")
 
@@ -510,7 +518,7 @@ def test_empty_range_gives_zeros(db):
 def test_tag_files_and_combined(db):
     out = os.path.join(db.work, "tag-out")
     run(db, "--tag", "spring", "--from", "2024-05-01", "--to", "2024-05-03", "--out", out)
-    assert sorted(os.listdir(out)) == ["combined.json", "index.json", "link-rpA.json",
+    assert sorted(visible(out)) == ["combined.json", "index.json", "link-rpA.json",
                                        "link-rpB.json", "link-rpE.json"]
     with open(os.path.join(out, "combined.json")) as f:
         comb = json.load(f)
@@ -535,7 +543,7 @@ def test_all_with_index(db):
     out = os.path.join(db.work, "all-out")
     run(db, "--all", "--from", "2024-05-01", "--to", "2024-05-03", "--out", out,
         "-o", "batch_links=2")
-    assert sorted(os.listdir(out)) == ["index.json", "link-rpA.json", "link-rpB.json",
+    assert sorted(visible(out)) == ["index.json", "link-rpA.json", "link-rpB.json",
                                        "link-rpR.json", "link-rpX.json"]
     with open(os.path.join(out, "index.json")) as f:
         idx = json.load(f)
@@ -551,7 +559,7 @@ def test_all_with_index(db):
     out2 = os.path.join(db.work, "all-empty")
     run(db, "--all", "--include-empty", "--from", "2024-05-01", "--to", "2024-05-03",
         "--out", out2, "--format", "csv")
-    assert sorted(os.listdir(out2)) == ["index.json", "link-rpA.csv", "link-rpB.csv",
+    assert sorted(visible(out2)) == ["index.json", "link-rpA.csv", "link-rpB.csv",
                                         "link-rpE.csv", "link-rpR.csv", "link-rpX.csv"]
 
 
@@ -572,7 +580,7 @@ def test_all_rounds_in_flight_match_one_round(db):
             lines = [json.loads(line) for line in r.stderr.splitlines()]
             assert sum("top-N" in e["msg"] for e in lines) == 4, r.stderr
         docs = {}
-        for name in sorted(os.listdir(out)):
+        for name in sorted(visible(out)):
             with open(os.path.join(out, name)) as f:
                 doc = json.load(f)
             doc.pop("generated_at", None)
@@ -616,7 +624,7 @@ def test_through_pgbouncer_equals_direct(db):
             run(who, "--all", "--from", "2024-05-01", "--to", "2024-05-03", "--tz", "Asia/Kolkata",
                 "--out", out, "-o", "batch_links=1")
             files = {}
-            for name in sorted(os.listdir(out)):
+            for name in sorted(visible(out)):
                 with open(os.path.join(out, name)) as f:
                     files[name] = json.load(f)
                 files[name].pop("generated_at", None)
@@ -637,7 +645,7 @@ def test_all_write_failure_midway(db):
     assert r.returncode == 1, r.stderr
     assert "link-rpB.json" in r.stderr
     assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
-    assert "index.json" not in os.listdir(out)
+    assert "index.json" not in visible(out)
 
 
 
@@ -649,7 +657,7 @@ def test_all_refresh_swaps_in_place(db):
     those still does."""
     def docs(out):
         got = {}
-        for name in sorted(os.listdir(out)):
+        for name in sorted(visible(out)):
             if name.startswith("."):
                 continue
             with open(os.path.join(out, name)) as f:
@@ -667,8 +675,8 @@ def test_all_refresh_swaps_in_place(db):
         assert docs(out) == docs(fresh), (frm, to)
         assert docs(out)["index.json"]["range"]["from"] == frm
         if i > 0:  # a refresh leaves one hidden previous version per file
-            hidden = sorted(n for n in os.listdir(out) if n.startswith("."))
-            assert hidden == sorted(f".{n}.tmp" for n in os.listdir(out) if not n.startswith("."))
+            hidden = sorted(n for n in os.listdir(out) if n.startswith(".") and n != ".reports.lock")
+            assert hidden == sorted(f".{n}.tmp" for n in visible(out))
 
 
 def _png_stats(path):
@@ -748,6 +756,13 @@ def test_html_self_contained_and_renders_in_chromium(db):
     (["--link", "rpA", "--from", "2024-05-03", "--to", "2024-05-01"], 2, "is after --to"),
     (["--link", "rpA", "--tz", "Mars/Olympus_Mons"], 2, 'unknown time zone "Mars/Olympus_Mons"'),
     (["--link", "rpA", "--format", "pdf"], 2, "--format \"pdf\""),
+    # PostgreSQL reads these one way as TimeZone (labels) and another in AT
+    # TIME ZONE (day bounds): until the forty-third session they gave days
+    # 16 hours (+8) or, in summer, one hour (CET) off their labels
+    (["--link", "rpA", "--tz", "+8"], 2, 'time zone "+8" is ambiguous'),
+    (["--link", "rpA", "--tz", "CET"], 2, 'time zone "CET" is ambiguous'),
+    (["--link", os.fsdecode(b"\xff")], 2, "--link: not valid UTF-8"),
+    (["--tag", os.fsdecode(b"a\xff")], 2, "--tag: not valid UTF-8"),
     (["--tag", "no-such-tag"], 3, 'no link has the tag "no-such-tag"'),
     (["--all"], 2, "give --out DIR"),
     (["--link", "rpA", "--all", "--out", "/tmp"], 2, "exactly one of"),
@@ -759,6 +774,35 @@ def test_errors(db, args, code, msg):
     assert r.returncode == code, (r.returncode, r.stderr)
     assert msg in r.stderr, r.stderr
     assert r.stdout == ""
+
+
+def test_zones_read_one_way_and_the_last_year(db):
+    """Zone names that are also abbreviations without summer time (EST) and
+    Etc/GMT offsets are read the same way everywhere and accepted; a range
+    ending on 9999-12-31 (its day bounds end in year 10000) works."""
+    for tz in ("EST", "Etc/GMT-8", "UTC", "Asia/Kolkata"):
+        doc = report(db, "--link", "rpA", "--from", "2024-05-01", "--to", "2024-05-03", "--tz", tz)
+        assert doc["range"]["tz"] == tz and doc["range"]["days"] == 3
+    doc = report(db, "--link", "rpA", "--from", "9999-12-30", "--to", "9999-12-31")
+    assert doc["range"]["days"] == 2 and doc["totals"]["visits"] == 0
+
+
+def test_one_run_at_a_time_per_out_dir(db):
+    """A second run into the same --out waits for the first (they shared
+    .NAME.tmp: one could truncate the file the other had put in place)."""
+    out = os.path.join(db.work, "locked-out")
+    os.makedirs(out)
+    with open(os.path.join(out, ".reports.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        p = subprocess.Popen([os.path.join(lpstack.BIN, "reports"), "-o", f"pg_dsn={db.dsn}",
+                              "--link", "rpA", "--out", out], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        time.sleep(1.5)
+        assert p.poll() is None and not os.path.exists(os.path.join(out, "link-rpA.json"))
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert visible(out) == ["link-rpA.json"]
 
 
 def test_unwritable_out_dir(db):
