@@ -31,3 +31,24 @@ monotime_deadline(struct timespec *ts, long long ms)
 		ts->tv_nsec -= 1000000000L;
 	}
 }
+
+static long long
+clock_ms(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+long long
+monotime_ms(void)
+{
+	return clock_ms(CLOCK_MONOTONIC);
+}
+
+long long
+monotime_wall_ms(void)
+{
+	return clock_ms(CLOCK_REALTIME);
+}

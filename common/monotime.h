@@ -1,6 +1,6 @@
 /* monotime.h - timed waits on CLOCK_MONOTONIC: a condition variable whose
  * deadlines are monotonic, so a wall clock stepped back (an NTP step, a bad
- * RTC) does not stretch a wait by the step. */
+ * RTC) does not stretch a wait by the step; both clocks in ms. */
 #ifndef LP_MONOTIME_H
 #define LP_MONOTIME_H
 
@@ -16,5 +16,11 @@ int monotime_cond_init(pthread_cond_t *cond);
 /* *ts = now on CLOCK_MONOTONIC + ms: a deadline for a condition variable
  * from monotime_cond_init. */
 void monotime_deadline(struct timespec *ts, long long ms);
+
+/* CLOCK_MONOTONIC now, in ms. */
+long long monotime_ms(void);
+
+/* The wall clock (CLOCK_REALTIME) now, in ms since the Unix epoch. */
+long long monotime_wall_ms(void);
 
 #endif

@@ -30,6 +30,27 @@ eventid_next(int64_t now_ms)
 	return ((next >> 12) << 22) | worker_bits | (next & 0xfff);
 }
 
+void
+eventid_floor(int64_t floor_ms)
+{
+	uint64_t want, old = atomic_load_explicit(&last, memory_order_relaxed);
+
+	if (floor_ms <= EVENTID_EPOCH_MS)
+		return;
+	want = (uint64_t)(floor_ms - EVENTID_EPOCH_MS) << 12;
+	while (old < want && !atomic_compare_exchange_weak_explicit(&last, &old, want,
+	    memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
+int64_t
+eventid_last_ms(void)
+{
+	uint64_t v = atomic_load_explicit(&last, memory_order_relaxed);
+
+	return v == 0 ? 0 : (int64_t)(v >> 12) + EVENTID_EPOCH_MS;
+}
+
 int64_t
 eventid_ms(uint64_t id)
 {

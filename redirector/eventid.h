@@ -18,6 +18,16 @@ void eventid_init(int worker);
  * ahead of the clock until it catches up). Thread-safe. */
 uint64_t eventid_next(int64_t now_ms);
 
+/* Ids taken from now on have a time of at least floor_ms (ms since the Unix
+ * epoch): a run whose clock is behind the last run's ids (a clock stepped
+ * back across a restart) goes on after them instead of minting their ids
+ * again. Thread-safe; it never moves the ids back. */
+void eventid_floor(int64_t floor_ms);
+
+/* The time of the last id taken, ms since the Unix epoch (0: none yet, and
+ * no floor). */
+int64_t eventid_last_ms(void);
+
 /* The parts of an id (for tests and logs). */
 int64_t eventid_ms(uint64_t id);
 int eventid_worker(uint64_t id);

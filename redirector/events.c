@@ -7,6 +7,7 @@
 #include "events.h"
 #include "errstr.h"
 #include "eventid.h"
+#include "idmark.h"
 #include "log.h"
 #include "monotime.h"
 #include "spool.h"
@@ -29,7 +30,11 @@ struct events {
 	rd_kafka_t *rk_replay;      /* spool replays; reports every delivery */
 	rd_kafka_topic_t *rkt_replay;
 	struct spool *spool;
+	char *spool_dir;            /* owned: where the ids' mark is kept */
+	int64_t id_floor;           /* the mark read at start (ms; 0 none) */
+	int64_t id_lease;           /* the mark on disk now: no id reaches it */
 	int shutdown_flush_ms;
+	long long deadline_ms;      /* events_deadline's, 0 none */
 	int message_timeout_ms;
 
 	pthread_t poller, monitor, encoder;
@@ -65,10 +70,7 @@ struct events {
 static long long
 mono_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return monotime_ms();
 }
 
 /* Puts one event in the spool, counting it. */
@@ -855,6 +857,32 @@ replay_file(struct events *ev, const char *path)
 	return -1;
 }
 
+/* The ids' mark stays ahead of every id taken: at least IDMARK_AHEAD_MS
+ * past the later of the clock and the last id, renewed (IDMARK_LEASE_MS
+ * ahead) by the monitor, whose longest nap is 30 s; at a clean stop it is
+ * the last id's time + 1. After a crash a restart's ids start at most a
+ * lease ahead of the clock, never on an id of the run before. */
+#define IDMARK_LEASE_MS 120000
+#define IDMARK_AHEAD_MS 60000
+
+static void
+renew_idmark(struct events *ev)
+{
+	int64_t top = (int64_t)monotime_wall_ms(), last = eventid_last_ms();
+	char err[512];
+
+	if (last > top)
+		top = last;
+	if (top + IDMARK_AHEAD_MS <= ev->id_lease)
+		return;
+	if (idmark_store(ev->spool_dir, top + IDMARK_LEASE_MS, err, sizeof(err)) < 0) {
+		log_error("events: the event ids' mark: %s (a restart with the clock behind "
+		    "could repeat ids)", err);
+		return;
+	}
+	ev->id_lease = top + IDMARK_LEASE_MS;
+}
+
 static void *
 monitor_main(void *arg)
 {
@@ -864,8 +892,11 @@ monitor_main(void *arg)
 
 	while (atomic_load(&ev->running)) {
 		const struct rd_kafka_metadata *md = NULL;
-		rd_kafka_resp_err_t err = rd_kafka_metadata(ev->rk, 0, NULL, &md, 1000);
+		rd_kafka_resp_err_t err;
 		int was;
+
+		renew_idmark(ev);
+		err = rd_kafka_metadata(ev->rk, 0, NULL, &md, 1000);
 
 		if (md != NULL)
 			rd_kafka_metadata_destroy(md);
@@ -896,6 +927,36 @@ monitor_main(void *arg)
 
 /* ------------------------------------------------------------ lifecycle */
 
+/* Ids go on after the mark the last run left; a new mark a lease ahead. */
+static int
+start_idmark(struct events *ev, char *errstr, size_t errstr_size)
+{
+	char err[512];
+	int64_t mark = idmark_load(ev->spool_dir, err, sizeof(err)), now = (int64_t)monotime_wall_ms();
+
+	if (mark < 0) {
+		log_error("events: %s: ids start from the clock", err);
+		mark = 0;
+	} else if (mark > now + 3600000) {
+		log_warnx("events: the event ids' mark in %s is %lld s ahead of the clock; ids "
+		    "go on after it", ev->spool_dir, (long long)((mark - now) / 1000));
+	}
+	ev->id_floor = mark;
+	eventid_floor(mark);
+	if (idmark_store(ev->spool_dir, (mark > now ? mark : now) + IDMARK_LEASE_MS, errstr,
+	    errstr_size) < 0)
+		return -1;
+	ev->id_lease = (mark > now ? mark : now) + IDMARK_LEASE_MS;
+	return 0;
+}
+
+void
+events_deadline(struct events *ev, long long deadline_ms)
+{
+	if (ev != NULL)
+		ev->deadline_ms = deadline_ms;
+}
+
 struct events *
 events_new(const struct events_conf *conf, char *errstr, size_t errstr_size)
 {
@@ -925,7 +986,15 @@ events_new(const struct events_conf *conf, char *errstr, size_t errstr_size)
 	sc.dir = conf->spool_dir;
 	sc.max_bytes = conf->spool_max_bytes;
 	sc.fsync_ms = conf->spool_fsync_ms;
+	if ((ev->spool_dir = strdup(conf->spool_dir)) == NULL) {
+		errstr_set(errstr, errstr_size, "out of memory");
+		events_close(ev);
+		return NULL;
+	}
+	/* the spool holds spool_dir's lock from here: the mark is this
+	 * process's alone */
 	if ((ev->spool = spool_open(&sc, errstr, errstr_size)) == NULL ||
+	    start_idmark(ev, errstr, errstr_size) < 0 ||
 	    (ev->rk = make_producer(ev, conf, 0, errstr, errstr_size)) == NULL ||
 	    (ev->rk_replay = make_producer(ev, conf, 1, errstr, errstr_size)) == NULL) {
 		events_close(ev);
@@ -1009,16 +1078,11 @@ events_close(struct events *ev)
 		 * was delivered */
 		long long end = mono_ms() + ev->shutdown_flush_ms;
 
-		flush_producer(ev->rk, ev->shutdown_flush_ms);
+		if (ev->deadline_ms > 0 && ev->deadline_ms < end)
+			end = ev->deadline_ms;
+		flush_producer(ev->rk, end > mono_ms() ? (int)(end - mono_ms()) : 0);
 		if (ev->rk_replay != NULL)
 			flush_producer(ev->rk_replay, end > mono_ms() ? (int)(end - mono_ms()) : 0);
-		events_stats(ev, &st);
-		log_info("events: events=%llu produced=%llu delivered=%llu failed=%llu spooled=%llu "
-		    "replayed=%llu spool_dropped=%llu spool_bytes=%llu",
-		    (unsigned long long)st.events, (unsigned long long)st.produced,
-		    (unsigned long long)st.delivered, (unsigned long long)st.failed,
-		    (unsigned long long)st.spooled, (unsigned long long)st.replayed,
-		    (unsigned long long)st.spool_dropped, (unsigned long long)st.spool_bytes);
 		if (ev->rkt != NULL)
 			rd_kafka_topic_destroy(ev->rkt);
 		if (ev->rkt_replay != NULL)
@@ -1026,8 +1090,32 @@ events_close(struct events *ev)
 		if (ev->rk_replay != NULL)
 			rd_kafka_destroy(ev->rk_replay);
 		rd_kafka_destroy(ev->rk);
+		ev->rk = ev->rk_replay = NULL;
+		ev->rkt = ev->rkt_replay = NULL;
+		/* the counts once the spool has written (or dropped) its last
+		 * records: they were logged before, without its final drops */
+		spool_stop(ev->spool);
+		events_stats(ev, &st);
+		log_info("events: events=%llu produced=%llu delivered=%llu failed=%llu spooled=%llu "
+		    "replayed=%llu spool_dropped=%llu spool_bytes=%llu",
+		    (unsigned long long)st.events, (unsigned long long)st.produced,
+		    (unsigned long long)st.delivered, (unsigned long long)st.failed,
+		    (unsigned long long)st.spooled, (unsigned long long)st.replayed,
+		    (unsigned long long)st.spool_dropped, (unsigned long long)st.spool_bytes);
+	}
+	/* Every id is taken (the request threads are stopped, the encoder
+	 * joined): the exact mark, unless the start failed before it made one */
+	if (ev->spool != NULL && ev->id_lease > 0) {
+		int64_t last = eventid_last_ms();
+		char err[512];
+
+		if (idmark_store(ev->spool_dir, last + 1 > ev->id_floor ? last + 1 : ev->id_floor,
+		    err, sizeof(err)) < 0)
+			log_error("events: the event ids' mark: %s (a restart with the clock behind "
+			    "could repeat ids)", err);
 	}
 	spool_close(ev->spool);
+	free(ev->spool_dir);
 	/* Threads that published and are still alive (the request threads are
 	 * stopped before this) leave their state to us. */
 	while (ev->locals != NULL) {

@@ -61,9 +61,15 @@ struct events;
  * Copies conf's strings. NULL with errstr. */
 struct events *events_new(const struct events_conf *conf, char *errstr, size_t errstr_size);
 
-/* Flushes the producer (at most shutdown_flush_ms), moves anything still
- * undelivered to the spool, fsyncs it and frees everything. */
+/* Flushes the producer (at most shutdown_flush_ms, or what events_deadline
+ * left of it), moves anything still undelivered to the spool, fsyncs it and
+ * frees everything. */
 void events_close(struct events *ev);
+
+/* The flush at events_close ends by monotonic time deadline_ms (ms, as
+ * CLOCK_MONOTONIC) at the latest: shutdown_flush_ms counted from SIGTERM,
+ * not from the end of the requests and creates that ran before it. */
+void events_deadline(struct events *ev, long long deadline_ms);
 
 /* Publishes one visit (key = code) and returns its event id. Never waits
  * on anything: the visit's fields are copied into the calling thread's list,

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "metricsd.h"
+#include "monotime.h"
 #include "pgpool.h"
 #include "pool.h"
 #include "redirect.h"
@@ -416,11 +417,11 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		{ METRICS_COUNTER, "linkpulse_redirector_events_delivered_total",
 		  "Visit events acknowledged by Kafka (acks=all), replays included." },
 		{ METRICS_COUNTER, "linkpulse_redirector_events_failed_total",
-		  "Delivery failures and events the producer queue refused (they go to the spool)." },
+		  "Delivery failures (live events: they go to the spool; replayed ones: their file is sent again) and events the producer queue refused." },
 		{ METRICS_COUNTER, "linkpulse_redirector_events_spooled_total",
-		  "Visit events written to the on-disk spool." },
+		  "Visit events handed to the on-disk spool (those a failed write lost are in spool_dropped too)." },
 		{ METRICS_COUNTER, "linkpulse_redirector_events_replayed_total",
-		  "Spooled visit events delivered later." },
+		  "Deliveries of spooled visit events (a file retried after a failure is sent, and counted, whole again)." },
 		{ METRICS_COUNTER, "linkpulse_redirector_events_spool_dropped_total",
 		  "Visit events lost because the spool was full (spool_max_bytes)." },
 		{ METRICS_GAUGE, "linkpulse_redirector_producer_queue_depth",
@@ -625,8 +626,13 @@ serve(struct app *app)
 		break;
 	}
 	log_info("signal %d: draining", sig);
+	events_deadline(app->events, monotime_ms() + cf->shutdown_flush_ms);
 	http_quiesce(srv);
 	http_stop(srv);
+	/* Nor a scrape of the metrics_port listener: its collect reads the
+	 * handles events_close destroys. */
+	metricsd_stop(app->metricsd);
+	app->metricsd = NULL;
 	/* No request runs any more: flush what Kafka has not taken yet. */
 	events_close(app->events);
 	app->events = NULL;

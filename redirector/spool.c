@@ -21,6 +21,11 @@
 
 #define SPOOL_MAGIC 0x3153504cu /* "LPS1" */
 #define HDR 12
+/* Bounds of a record's key (a code) and value (one event's JSON, ~160 KB at
+ * most with every field at its schema's limit, escaped): a header past them
+ * is corrupt, not a record to allocate for. */
+#define SPOOL_MAX_KEY 65536u
+#define SPOOL_MAX_VALUE (16u << 20)
 
 struct buf {
 	char *p;
@@ -45,6 +50,7 @@ struct spool {
 
 	pthread_t writer;
 	int started;
+	int stopped;            /* spool_stop ran */
 
 	_Atomic uint64_t bytes;  /* total spooled: files + pending */
 	_Atomic uint64_t appended, dropped, files;
@@ -395,10 +401,11 @@ fail:
 }
 
 void
-spool_close(struct spool *s)
+spool_stop(struct spool *s)
 {
-	if (s == NULL)
+	if (s == NULL || s->stopped)
 		return;
+	s->stopped = 1;
 	if (s->started) {
 		pthread_mutex_lock(&s->mtx);
 		s->stop = 1;
@@ -406,15 +413,45 @@ spool_close(struct spool *s)
 		pthread_mutex_unlock(&s->mtx);
 		pthread_join(s->writer, NULL);
 	}
+	/* Records that waited in memory for spool.active to open again (its
+	 * writer's last try failed too): one more try, then they are counted
+	 * and logged as dropped (they were freed below without a word, and the
+	 * exit line said they were left on disk). */
+	if (s->pending.len > 0) {
+		struct buf spare = { NULL, 0, 0 };
+
+		write_pending(s, &spare);
+		free(spare.p);
+	}
+	if (s->pending.len > 0) {
+		uint64_t lost = count_records(s->pending.p, s->pending.len);
+
+		log_error("spool: cannot open %s/spool.active: %llu visit events (%zu bytes) held "
+		    "in memory are DROPPED at exit", s->dir, (unsigned long long)lost,
+		    s->pending.len);
+		atomic_fetch_add(&s->dropped, lost);
+		sub_sat(&s->bytes, s->pending.len);
+		s->pending.len = 0;
+	}
 	if (s->fd >= 0) {
 		fdatasync(s->fd);
 		close(s->fd);
 	}
+	s->fd = -1;
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);  /* the lock goes with it */
+	s->lock_fd = -1;
 	if (atomic_load(&s->bytes) > 0)
 		log_info("spool: %llu bytes left in %s for the next start",
 		    (unsigned long long)atomic_load(&s->bytes), s->dir);
+}
+
+void
+spool_close(struct spool *s)
+{
+	if (s == NULL)
+		return;
+	spool_stop(s);
 	free(s->pending.p);
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->io);
@@ -428,8 +465,15 @@ spool_append(struct spool *s, const void *key, size_t klen, const void *val, siz
 {
 	size_t need = HDR + klen + vlen;
 	uint32_t hdr[3] = { SPOOL_MAGIC, (uint32_t)klen, (uint32_t)vlen };
-	uint64_t total = atomic_fetch_add(&s->bytes, need) + need;
+	uint64_t total;
 
+	if (klen > SPOOL_MAX_KEY || vlen > SPOOL_MAX_VALUE) { /* spool_read would skip it */
+		atomic_fetch_add(&s->dropped, 1);
+		log_error("spool: a record of %zu + %zu bytes is past the spool's bounds: visit "
+		    "event DROPPED", klen, vlen);
+		return -1;
+	}
+	total = atomic_fetch_add(&s->bytes, need) + need;
 	if (total > s->max_bytes) {
 		atomic_fetch_sub(&s->bytes, need);
 		if (atomic_fetch_add(&s->dropped, 1) == 0 || log_due(s))
@@ -512,6 +556,28 @@ spool_take(struct spool *s, char *path, size_t path_size)
 	return oldest(s, path, path_size);
 }
 
+/* After a corrupt header at offset at: moves f to the next place holding the
+ * magic number after it (1) or to the end (0); -1 on a read error. */
+static int
+resync(FILE *f, long at)
+{
+	uint32_t magic = SPOOL_MAGIC, win = 0;
+	unsigned char m[4];
+	int c, have = 0;
+
+	memcpy(m, &magic, 4);
+	if (fseek(f, at + 1, SEEK_SET) < 0)
+		return -1;
+	while ((c = getc(f)) != EOF) {
+		win = (win << 8) | (uint32_t)c;
+		if (++have >= 4 && (unsigned char)(win >> 24) == m[0] &&
+		    (unsigned char)(win >> 16) == m[1] && (unsigned char)(win >> 8) == m[2] &&
+		    (unsigned char)win == m[3])
+			return fseek(f, -4, SEEK_CUR) < 0 ? -1 : 1;
+	}
+	return ferror(f) ? -1 : 0;
+}
+
 int
 spool_read(const char *path, spool_record_fn fn, void *ctx)
 {
@@ -526,15 +592,34 @@ spool_read(const char *path, spool_record_fn fn, void *ctx)
 	}
 	for (;;) {
 		uint32_t hdr[3];
+		long at = ftell(f);
 		size_t n = fread(hdr, 1, HDR, f), need;
 
 		if (n < HDR && ferror(f))
 			break;
 		if (n == 0)
 			break;
-		if (n < HDR || hdr[0] != SPOOL_MAGIC) {
-			log_warnx("spool: %s: torn or corrupt record at offset %ld; rest of file ignored",
-			    path, ftell(f) - (long)n);
+		if (n == HDR && (hdr[0] != SPOOL_MAGIC || hdr[1] > SPOOL_MAX_KEY ||
+		    hdr[2] > SPOOL_MAX_VALUE)) {
+			/* Not the end: the records after it were dropped with
+			 * the file until the forty-third session. Skip to the
+			 * next header, loudly (what was in between is lost). */
+			int found = resync(f, at);
+			long to = found == 1 ? ftell(f) : -1;
+
+			if (found < 0)
+				break;
+			log_error("spool: %s: corrupt record at offset %ld: %s, visit events in them "
+			    "LOST", path, at, found == 1 ? "skipped to the next record" :
+			    "no record after it; the rest of the file");
+			if (found == 1)
+				log_error("spool: %s: %ld corrupt bytes skipped", path, to - at);
+			if (found == 0)
+				break;
+			continue;
+		}
+		if (n < HDR) {
+			log_warnx("spool: %s: torn record at the end (offset %ld); ignored", path, at);
 			break;
 		}
 		need = (size_t)hdr[1] + hdr[2];

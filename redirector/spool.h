@@ -20,7 +20,13 @@ struct spool;
  * writer thread. NULL with errstr on failure. */
 struct spool *spool_open(const struct spool_conf *conf, char *errstr, size_t errstr_size);
 
-/* Writes what is buffered, fsyncs, stops the writer and frees. */
+/* Writes what is buffered (what cannot be written is counted as dropped),
+ * fsyncs, stops the writer and releases the directory's lock; spool_stats
+ * still answers after it (the final counts). Once; spool_close calls it if
+ * it was not. */
+void spool_stop(struct spool *s);
+
+/* spool_stop if needed, then frees. */
 void spool_close(struct spool *s);
 
 /* Appends one record (key and value copied). Never blocks on I/O. Returns 0,

@@ -20,6 +20,8 @@ from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
 
 import lpstack
 
+EVENTID_EPOCH_MS = 1704067200000  # redirector/eventid.h: 2024-01-01T00:00:00Z
+
 SCHEMA = os.path.join(lpstack.ROOT, "schemas/visit_event.schema.json")
 FIELDS = {"v", "id", "ts", "code", "link_id", "status", "ip", "user_agent", "referer",
           "accept_language", "host", "query"}
@@ -677,3 +679,36 @@ def test_health_and_ready(red):
     while time.time() < deadline and red.get("/readyz").status_code != 200:
         time.sleep(0.2)
     assert red.get("/readyz").status_code == 200
+
+
+def test_event_ids_go_on_after_the_last_run(procs, pg, redis, broker, workdir):
+    """spool_dir/eventid.mark: a clean stop leaves the last id's time + 1, and
+    the next run's ids start after the mark even when its clock is behind
+    (here the mark is put ten minutes ahead, as a run before a clock step
+    back would have left it). Until the forty-third session every run started
+    its ids from its clock, and a restart after a step back minted ids of
+    the run before, which ingest then dropped as replays."""
+    spool = os.path.join(workdir, "idmark")
+    red = start(procs, pg, redis, broker, workdir, {"worker_id": 7}, "idmark")
+    code = red.create(url="https://example.com/idmark")["code"]
+    for i in range(3):
+        assert raw_get(red.port, f"/{code}?run=1&i={i}", []) == 302
+    first = read_events(broker, 3, pred=lambda e: "run=1" in (e["query"] or ""))
+    assert red.proc.stop() == 0, red.proc.output()[-3000:]
+    with open(os.path.join(spool, "eventid.mark")) as f:
+        mark = int(f.read())
+    assert mark == max((e["id"] >> 22) for _, e in first) + EVENTID_EPOCH_MS + 1
+    ahead = int(time.time() * 1000) + 600_000
+    with open(os.path.join(spool, "eventid.mark"), "w") as f:
+        f.write(f"{ahead}\n")
+    red2 = start(procs, pg, redis, broker, workdir, {"worker_id": 7}, "idmark")
+    for i in range(3):
+        assert raw_get(red2.port, f"/{code}?run=2&i={i}", []) == 302
+    second = read_events(broker, 3, pred=lambda e: "run=2" in (e["query"] or ""))
+    assert len(second) == 3
+    assert all((e["id"] >> 22) + EVENTID_EPOCH_MS >= ahead for _, e in second), second
+    assert len({e["id"] for _, e in first + second}) == 6
+    # the mark on disk stays ahead of every id while running
+    with open(os.path.join(spool, "eventid.mark")) as f:
+        assert int(f.read()) > max((e["id"] >> 22) for _, e in second) + EVENTID_EPOCH_MS
+    assert red2.proc.stop() == 0

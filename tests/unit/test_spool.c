@@ -122,6 +122,29 @@ remove_dir(const char *dir)
 	CHECK(rmdir(dir) == 0, "rmdir %s: a file is left", dir);
 }
 
+/* A spool in a new directory with five "a" events written, then no file
+ * descriptor to open (the ones open stay) and the active file rotated, so
+ * that it cannot be opened again: old gets the limit to restore. NULL when
+ * it cannot be set up (checked). */
+static struct spool *
+spool_without_files(char *dir, struct rlimit *old)
+{
+	char path[4096], active[4096];
+	struct rlimit low;
+	struct spool *s;
+
+	if ((s = new_spool(dir)) == NULL)
+		return NULL;
+	snprintf(active, sizeof(active), "%s/spool.active", dir);
+	wait_writer(s, active, append(s, "a", 0, 5), 0);
+	CHECK(getrlimit(RLIMIT_NOFILE, old) == 0, "getrlimit");
+	low = *old;
+	low.rlim_cur = 0;
+	CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0, "setrlimit");
+	CHECK(spool_take(s, path, sizeof(path)) == -1, "the reopen after the rotation fails");
+	return s;
+}
+
 static void
 test_failed_write(void)
 {
@@ -177,22 +200,15 @@ test_failed_write(void)
 static void
 test_reopen_fails(void)
 {
-	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], active[4096], want[64];
+	char dir[] = "/tmp/test_spool_XXXXXX", active[4096], want[64];
 	struct spool_stats st;
-	struct rlimit old, low;
+	struct rlimit old;
 	struct spool *s;
 	struct seen seen = { 0 };
 
-	if ((s = new_spool(dir)) == NULL)
+	if ((s = spool_without_files(dir, &old)) == NULL)
 		return;
 	snprintf(active, sizeof(active), "%s/spool.active", dir);
-	wait_writer(s, active, append(s, "a", 0, 5), 0);
-	/* no descriptor can be opened from here on (the ones open stay) */
-	CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
-	low = old;
-	low.rlim_cur = 0;
-	CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0, "setrlimit");
-	CHECK(spool_take(s, path, sizeof(path)) == -1, "the reopen after the rotation fails");
 	append(s, "b", 5, 10);
 	pause_ms(10 * FSYNC_MS);  /* writer cycles with no file to write to */
 	CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit back");
@@ -289,6 +305,81 @@ test_read_error(void)
 	CHECK(rmdir(dir) == 0, "rmdir %s", dir);
 }
 
+/* A corrupt record inside a file (a flipped magic number, then an absurd
+ * length) costs only itself: the records after it are read (they were
+ * dropped with the file, uncounted). */
+static void
+test_corrupt_middle(void)
+{
+	static const struct {
+		long off;           /* into the second record's header */
+		uint32_t value;
+	} damage[] = { { 0, 0xdeadbeefu }, { 8, 0x7fffffffu } };
+
+	for (size_t d = 0; d < sizeof(damage) / sizeof(damage[0]); d++) {
+		char dir[] = "/tmp/test_spool_XXXXXX", path[4096], active[4096], want[64];
+		struct seen seen = { 0 };
+		struct spool *s;
+		FILE *f;
+		long first = 12 + 2 + (long)strlen("c-00-padding-padding");
+
+		if ((s = new_spool(dir)) == NULL)
+			return;
+		snprintf(active, sizeof(active), "%s/spool.active", dir);
+		wait_writer(s, active, append(s, "c", 0, 4), 0);
+		CHECK(spool_take(s, path, sizeof(path)) == 1, "take");
+		CHECK((f = fopen(path, "r+b")) != NULL && fseek(f, first + damage[d].off, SEEK_SET) == 0 &&
+		    fwrite(&damage[d].value, 4, 1, f) == 1 && fclose(f) == 0, "damage %s", path);
+		CHECK(spool_read(path, collect, &seen) == 0, "spool_read");
+		CHECK(seen.n == 3, "damage %zu: read %d events back, want 3 (all but the second)", d,
+		    seen.n);
+		for (int i = 0; i < seen.n && i < 3; i++) {
+			snprintf(want, sizeof(want), "c-%02d-padding-padding", i == 0 ? 0 : i + 1);
+			CHECK_STR(seen.vals[i], want, "event read back");
+		}
+		spool_done(s, path);
+		spool_close(s);
+		remove_dir(dir);
+	}
+}
+
+/* Events waiting in memory for the active file to open again are counted as
+ * dropped when the spool stops and still cannot open it (they were freed
+ * uncounted, and the exit line said they were left on disk). */
+static void
+test_stop_counts_what_waits(void)
+{
+	char dir[] = "/tmp/test_spool_XXXXXX";
+	struct spool_stats st;
+	struct rlimit old;
+	struct spool *s;
+
+	if ((s = spool_without_files(dir, &old)) == NULL)
+		return;
+	append(s, "b", 5, 12);
+	spool_stop(s);
+	CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit back");
+	spool_stats(s, &st);
+	CHECK(st.dropped == 7, "dropped %llu, want 7", (unsigned long long)st.dropped);
+	CHECK(st.bytes == 5 * (12 + 2 + 20), "%llu bytes counted, want the 5 on disk",
+	    (unsigned long long)st.bytes);
+	spool_close(s);
+	{
+		struct spool_conf conf = { dir, 1 << 20, FSYNC_MS };
+		struct seen seen = { 0 };
+		char err[512];
+
+		s = spool_open(&conf, err, sizeof(err));
+		CHECK(s != NULL, "spool_open again: %s", err);
+		if (s != NULL) {
+			read_back(s, &seen);
+			spool_close(s);
+		}
+		CHECK(seen.n == 5, "read %d events back, want the 5 written", seen.n);
+	}
+	remove_dir(dir);
+}
+
 int
 main(void)
 {
@@ -297,5 +388,7 @@ main(void)
 	test_one_owner();
 	test_stray_names();
 	test_read_error();
+	test_corrupt_middle();
+	test_stop_counts_what_waits();
 	return unit_done("test_spool");
 }
