@@ -27,7 +27,9 @@ void pgpool_put(struct pgpool *p, PGconn *c);
  * Used where a plain INSERT runs first and ON CONFLICT only when needed. */
 int pgpool_conflict(const char *sqlstate);
 
-/* 0 when a "SELECT 1" succeeds within the pool's connect timeout. */
+/* 0 when a "SELECT 1" succeeds: a connection waited for up to the pool's connect
+ * timeout, the query bounded by TCP keepalives and tcp_user_timeout (~30 s
+ * for a server that stops answering without closing the connection). */
 int pgpool_ping(struct pgpool *p, char *errstr, size_t errstr_size);
 
 /* Runs one parameterized command (text params). Returns the PGresult on

@@ -155,6 +155,22 @@ get_conn(struct kv *kv)
 	return c;
 }
 
+/* An error reply that says the server cannot serve this client any more:
+ * a master demoted to a replica without closing its clients (READONLY), a
+ * restart loading its data (LOADING), a replica without its master
+ * (MASTERDOWN). The connection is dropped like a broken one (the idle ones
+ * with it), so the next one is made afresh: to the name's new address. */
+static void
+drop_if_demoted(redisContext *c, const redisReply *r)
+{
+	if (r != NULL && r->type == REDIS_REPLY_ERROR && r->str != NULL &&
+	    (strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "LOADING", 7) == 0 ||
+	    strncmp(r->str, "MASTERDOWN", 10) == 0) && c->err == 0) {
+		c->err = REDIS_ERR_OTHER;
+		snprintf(c->errstr, sizeof(c->errstr), "%.120s", r->str);
+	}
+}
+
 static void
 put_conn(struct kv *kv, redisContext *c)
 {
@@ -191,6 +207,7 @@ kv_cmd(struct kv *kv, const char *fmt, ...)
 	va_start(ap, fmt);
 	r = redisvCommand(c, fmt, ap);
 	va_end(ap);
+	drop_if_demoted(c, r);
 	put_conn(kv, c);
 	if (r != NULL && r->type == REDIS_REPLY_ERROR) {
 		log_warnx("redis: %s", r->str);
@@ -224,6 +241,7 @@ kv_pipeline(struct kv *kv, int n, const int *argc, const char *const *const *arg
 				break;
 			}
 			replies[i] = r;
+			drop_if_demoted(c, r);
 		}
 	}
 	put_conn(kv, c);

@@ -24,6 +24,7 @@ struct pool {
 	int length;
 	long long low_water, batch, reserve;
 	time_t reserve_checked;    /* last count of the PostgreSQL reserve */
+	time_t mirror_failed_until; /* the set refused codes: as if Redis were down */
 	char key[32];
 	pthread_t thr;
 	int running;
@@ -226,6 +227,12 @@ pool_refill(struct pool *p, char *errstr, size_t errstr_size)
 		size = r->integer;
 		freeReplyObject(r);
 	}
+	/* A set that refused its last codes (Redis read-only: MISCONF after a
+	 * failed save, OOM under noeviction) is taken as Redis down for 30 s:
+	 * each round put pool_batch pooled codes in PostgreSQL that never
+	 * reached it, back to back, counted as pooled. */
+	if (size >= 0 && now < p->mirror_failed_until)
+		size = -1;
 	atomic_store(&p->size, size);
 	if (size < 0) {
 		/* Redis down: keep unused codes in PostgreSQL for the fallback. */
@@ -293,6 +300,13 @@ pool_refill(struct pool *p, char *errstr, size_t errstr_size)
 			}
 			if (argc > 2)
 				kv_pipeline(p->kv, 1, &argc, &cargv, &clens, &rep);
+			if (rep != NULL && rep->type == REDIS_REPLY_ERROR) {
+				log_warnx("pool: Redis refused the new codes (%s): creates take codes "
+				    "from PostgreSQL's reserve for 30 s", rep->str);
+				p->mirror_failed_until = now + 30;
+				freeReplyObject(rep);
+				break;
+			}
 			if (rep != NULL) {
 				pooled += argc - 2;
 				freeReplyObject(rep);
@@ -327,8 +341,12 @@ refill_main(void *arg)
 			log_warnx("pool refill: %s", errstr);
 		/* Kicks come from creates finding the set low or empty. After a
 		 * failed refill or with Redis down every create kicks, and heeding
-		 * them ran the refill's queries back to back: then wait the second. */
-		heed = added >= 0 && (kv_up(p->kv) || !kv_enabled(p->kv));
+		 * them ran the refill's queries back to back: then wait the second.
+		 * Without Redis every create kicks too: heeded only while the
+		 * rounds find the PostgreSQL reserve short (one counted it per
+		 * create before). */
+		heed = added >= 0 && time(NULL) >= p->mirror_failed_until &&
+		    (kv_up(p->kv) || (!kv_enabled(p->kv) && added > 0));
 		pthread_mutex_lock(&p->mtx);
 		monotime_deadline(&until, 1000);
 		while (!p->stop && !(p->kicked && heed) &&

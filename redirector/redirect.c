@@ -223,18 +223,25 @@ wall_us(void)
 enum MHD_Result
 redirect_ready(struct redirect *r, struct http_req *req)
 {
-	static _Atomic int64_t logged_us, pinged_us;
+	static _Atomic int64_t logged_us, pinged_us, ping_started_us;
 	static atomic_int pinged_ok;
 	char errstr[512];
 	int64_t now = wall_us(), last = atomic_load(&logged_us), at = atomic_load(&pinged_us);
+	int64_t started = 0;
 	int pg_ok, kafka_ok = r->events == NULL || events_connected(r->events);
 
 	if (at != 0 && now >= at && now - at < 1000000) {
 		pg_ok = atomic_load(&pinged_ok);
+	} else if (!atomic_compare_exchange_strong(&ping_started_us, &started, now)) {
+		/* one ping at a time (each holds an HTTP thread and a pool
+		 * connection): the others answer from the last one, and a ping
+		 * under way for over 2 s says PostgreSQL is not answering */
+		pg_ok = atomic_load(&pinged_ok) && now - started < 2000000;
 	} else {
 		pg_ok = pgpool_ping(r->pg, errstr, sizeof(errstr)) == 0;
 		atomic_store(&pinged_ok, pg_ok);
 		atomic_store(&pinged_us, wall_us());
+		atomic_store(&ping_started_us, 0);
 		if (!pg_ok && (now - last > 10000000 || now < last) &&
 		    atomic_compare_exchange_strong(&logged_us, &last, now))
 			log_warnx("readyz: PostgreSQL: %s", errstr);

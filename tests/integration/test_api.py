@@ -572,6 +572,28 @@ def test_bulk_when_pool_runs_dry(procs, pg, redis):
                            "WHERE u.status = 1")) >= 900
 
 
+def test_pool_refill_stops_while_redis_refuses_writes(procs, own_pg, redis):
+    """Redis answering reads but refusing writes (here min-replicas-to-write
+    with no replica: NOREPLICAS; in production MISCONF after a failed save or
+    OOM under noeviction): the refill stops putting pooled codes in
+    PostgreSQL that cannot reach the set (it added pool_batch of them each
+    second, counted as pooled), and creates go on from PostgreSQL's reserve."""
+    api = start_redirector(procs, own_pg, redis, {"pool_low_water": 100000, "pool_batch": 500,
+                                                  "pool_pg_reserve": 200})
+    wait_pool(api)
+    pooled = lambda: int(own_pg.psql("SELECT count(*) FROM unique_code WHERE status = 2"))  # noqa: E731
+    redis.cli("CONFIG", "SET", "min-replicas-to-write", "1")
+    try:
+        time.sleep(1.5)  # the round under way, and one that meets the refusal
+        before = pooled()
+        for i in range(20):  # each failed SPOP kicks the refill
+            assert api.create(url=f"https://refused.example/{i}").status_code == 201
+        time.sleep(3)
+        assert pooled() - before <= 500, (before, pooled())
+    finally:
+        redis.cli("CONFIG", "SET", "min-replicas-to-write", "0")
+
+
 def test_refill_with_codes_taken_elsewhere(procs, pg, redis):
     """Codes another redirector generated (unknown to this one's Bloom filter)
     make the refill's plain INSERT fail; the batch goes again with ON CONFLICT
