@@ -66,6 +66,7 @@ struct http_conf {
 	int port;
 	int threads;             /* epoll thread pool size */
 	int max_connections;
+	int max_connections_per_ip; /* from one peer address at once; 0: no limit */
 	int timeout_s;           /* idle connection timeout */
 	size_t max_body;         /* larger bodies get 413 */
 	size_t max_header;       /* largest request line and headers (bigger: 431) */

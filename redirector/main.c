@@ -51,6 +51,7 @@ struct redirector_conf {
 	char *spool_dir;
 	long long http_threads;
 	long long max_connections;
+	long long max_connections_per_ip;
 	long long request_timeout_s;
 	long long max_body_bytes;
 	long long max_header_bytes;
@@ -104,6 +105,9 @@ static const struct cfg_opt redirector_tab[] = {
 	  "HTTP worker threads (epoll thread pool); 0 = number of cores" },
 	{ "max_connections", CFG_INT, "10000", 1, 1000000, NULL, OFF(max_connections), 0,
 	  "most concurrent client connections" },
+	{ "max_connections_per_ip", CFG_INT, "0", 0, 1000000, NULL, OFF(max_connections_per_ip), 0,
+	  "most concurrent connections from one peer address, more are closed at once (0 = no "
+	  "limit; behind a load balancer or proxy every client has its address: keep 0 there)" },
 	{ "request_timeout_s", CFG_INT, "30", 1, 3600, NULL, OFF(request_timeout_s), 0,
 	  "idle connection / request timeout" },
 	{ "max_body_bytes", CFG_INT, "8388608", 1024, 1073741824, NULL, OFF(max_body_bytes), 0,
@@ -605,6 +609,7 @@ serve(struct app *app)
 	hc.port = (int)cf->listen_port;
 	hc.threads = (int)threads;
 	hc.max_connections = (int)cf->max_connections;
+	hc.max_connections_per_ip = (int)cf->max_connections_per_ip;
 	hc.timeout_s = (int)cf->request_timeout_s;
 	hc.max_body = (size_t)cf->max_body_bytes;
 	hc.max_header = (size_t)cf->max_header_bytes;

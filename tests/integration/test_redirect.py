@@ -712,3 +712,38 @@ def test_event_ids_go_on_after_the_last_run(procs, pg, redis, broker, workdir):
     with open(os.path.join(spool, "eventid.mark")) as f:
         assert int(f.read()) > max((e["id"] >> 22) for _, e in second) + EVENTID_EPOCH_MS
     assert red2.proc.stop() == 0
+
+
+def test_connections_per_ip_limit(procs, pg, redis, workdir):
+    """max_connections_per_ip: one peer address holds at most that many
+    connections across all HTTP threads; the next is closed unanswered, and
+    one freed makes room. (Without it one client could hold all
+    max_connections open.)"""
+    red = start(procs, pg, redis, None, workdir, {"max_connections_per_ip": 4,
+                                                  "http_threads": 2}, "perip")
+    code = red.create(url="https://example.com/perip")["code"]
+    red.s.close()  # the API session's keep-alive connection
+    time.sleep(0.3)
+    req = f"GET /{code} HTTP/1.1\r\nHost: s.test\r\n\r\n".encode()
+    held = []
+    try:
+        for _ in range(4):
+            s = socket.create_connection(("127.0.0.1", red.port), timeout=10)
+            s.sendall(req)
+            got = s.recv(65536)
+            assert got.startswith(b"HTTP/1.1 302"), (len(held), got[:100])
+            held.append(s)
+        for _ in range(3):  # whichever thread accepts it
+            with socket.create_connection(("127.0.0.1", red.port), timeout=10) as s:
+                try:
+                    s.sendall(req)
+                    got = s.recv(65536)
+                except (ConnectionResetError, BrokenPipeError):
+                    got = b""
+                assert got == b"", got[:100]
+        held.pop().close()
+        time.sleep(0.3)
+        assert raw_get(red.port, f"/{code}", []) == 302
+    finally:
+        for s in held:
+            s.close()
