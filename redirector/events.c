@@ -789,6 +789,32 @@ nap(struct events *ev, int ms)
  * a report waiting up to POLL_MS only delays a counter or a spool write. */
 #define POLL_MS 50
 
+/* The ids' mark stays ahead of every id taken: at least IDMARK_AHEAD_MS
+ * past the later of the clock and the last id, renewed (IDMARK_LEASE_MS
+ * ahead) by the poller thread every POLL_MS; at a clean stop it is
+ * the last id's time + 1. After a crash a restart's ids start at most a
+ * lease ahead of the clock, never on an id of the run before. */
+#define IDMARK_LEASE_MS 120000
+#define IDMARK_AHEAD_MS 60000
+
+static void
+renew_idmark(struct events *ev)
+{
+	int64_t top = (int64_t)monotime_wall_ms(), last = eventid_last_ms();
+	char err[512];
+
+	if (last > top)
+		top = last;
+	if (top + IDMARK_AHEAD_MS <= ev->id_lease)
+		return;
+	if (idmark_store(ev->spool_dir, top + IDMARK_LEASE_MS, err, sizeof(err)) < 0) {
+		log_error("events: the event ids' mark: %s (a restart with the clock behind "
+		    "could repeat ids)", err);
+		return;
+	}
+	ev->id_lease = top + IDMARK_LEASE_MS;
+}
+
 static void *
 poller_main(void *arg)
 {
@@ -797,6 +823,8 @@ poller_main(void *arg)
 	while (atomic_load(&ev->running)) {
 		rd_kafka_poll(ev->rk, 0);
 		rd_kafka_poll(ev->rk_replay, 0);
+		/* here, not in the monitor: a replay holds that for minutes */
+		renew_idmark(ev);
 		nap(ev, POLL_MS);
 	}
 	return NULL;
@@ -857,32 +885,6 @@ replay_file(struct events *ev, const char *path)
 	return -1;
 }
 
-/* The ids' mark stays ahead of every id taken: at least IDMARK_AHEAD_MS
- * past the later of the clock and the last id, renewed (IDMARK_LEASE_MS
- * ahead) by the monitor, whose longest nap is 30 s; at a clean stop it is
- * the last id's time + 1. After a crash a restart's ids start at most a
- * lease ahead of the clock, never on an id of the run before. */
-#define IDMARK_LEASE_MS 120000
-#define IDMARK_AHEAD_MS 60000
-
-static void
-renew_idmark(struct events *ev)
-{
-	int64_t top = (int64_t)monotime_wall_ms(), last = eventid_last_ms();
-	char err[512];
-
-	if (last > top)
-		top = last;
-	if (top + IDMARK_AHEAD_MS <= ev->id_lease)
-		return;
-	if (idmark_store(ev->spool_dir, top + IDMARK_LEASE_MS, err, sizeof(err)) < 0) {
-		log_error("events: the event ids' mark: %s (a restart with the clock behind "
-		    "could repeat ids)", err);
-		return;
-	}
-	ev->id_lease = top + IDMARK_LEASE_MS;
-}
-
 static void *
 monitor_main(void *arg)
 {
@@ -895,7 +897,6 @@ monitor_main(void *arg)
 		rd_kafka_resp_err_t err;
 		int was;
 
-		renew_idmark(ev);
 		err = rd_kafka_metadata(ev->rk, 0, NULL, &md, 1000);
 
 		if (md != NULL)
@@ -936,6 +937,14 @@ start_idmark(struct events *ev, char *errstr, size_t errstr_size)
 
 	if (mark < 0) {
 		log_error("events: %s: ids start from the clock", err);
+		mark = 0;
+	} else if (mark > now + 86400000) {
+		/* a day ahead: an edited or mis-scaled file more likely than a
+		 * run whose clock was that far ahead, and honoring it would keep
+		 * every id that far from its visit (or past the id's 41 bits) */
+		log_error("events: the event ids' mark in %s is %lld s ahead of the clock: "
+		    "ignored, ids start from the clock", ev->spool_dir,
+		    (long long)((mark - now) / 1000));
 		mark = 0;
 	} else if (mark > now + 3600000) {
 		log_warnx("events: the event ids' mark in %s is %lld s ahead of the clock; ids "
@@ -1092,6 +1101,19 @@ events_close(struct events *ev)
 		rd_kafka_destroy(ev->rk);
 		ev->rk = ev->rk_replay = NULL;
 		ev->rkt = ev->rkt_replay = NULL;
+		/* Every id is taken (the request threads are stopped, the
+		 * encoder and the poller joined): the exact mark, while the
+		 * spool still holds spool_dir's lock (a successor could be
+		 * waiting for it, and would read the mark then) */
+		if (ev->id_lease > 0) {
+			int64_t last = eventid_last_ms();
+			char err[512];
+
+			if (idmark_store(ev->spool_dir, last + 1 > ev->id_floor ? last + 1 :
+			    ev->id_floor, err, sizeof(err)) < 0)
+				log_error("events: the event ids' mark: %s (a restart with the clock "
+				    "behind could repeat ids)", err);
+		}
 		/* the counts once the spool has written (or dropped) its last
 		 * records: they were logged before, without its final drops */
 		spool_stop(ev->spool);
@@ -1102,17 +1124,6 @@ events_close(struct events *ev)
 		    (unsigned long long)st.delivered, (unsigned long long)st.failed,
 		    (unsigned long long)st.spooled, (unsigned long long)st.replayed,
 		    (unsigned long long)st.spool_dropped, (unsigned long long)st.spool_bytes);
-	}
-	/* Every id is taken (the request threads are stopped, the encoder
-	 * joined): the exact mark, unless the start failed before it made one */
-	if (ev->spool != NULL && ev->id_lease > 0) {
-		int64_t last = eventid_last_ms();
-		char err[512];
-
-		if (idmark_store(ev->spool_dir, last + 1 > ev->id_floor ? last + 1 : ev->id_floor,
-		    err, sizeof(err)) < 0)
-			log_error("events: the event ids' mark: %s (a restart with the clock behind "
-			    "could repeat ids)", err);
 	}
 	spool_close(ev->spool);
 	free(ev->spool_dir);

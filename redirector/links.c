@@ -117,11 +117,13 @@ links_new(const struct links_conf *conf, struct pgpool *pg, struct kv *kv, struc
 	/* Anyone could compute a public key's codes in order (the strategy's
 	 * point is that they cannot): a development default must not serve
 	 * the public. */
-	if (strcmp(conf->seq_secret, LINKS_DEV_SEQUENCE_SECRET) == 0 &&
-	    !loopback_host(L->base_host)) {
-		snprintf(errstr, errstr_size, "sequence_secret: the built-in key is public and "
-		    "base_url's host (%s) is not a loopback one: set your own (e.g. openssl rand "
-		    "-hex 32; never change it after)", L->base_host);
+	if (!loopback_host(L->base_host) && (strcmp(conf->seq_secret,
+	    LINKS_DEV_SEQUENCE_SECRET) == 0 || strncmp(conf->seq_secret, "change-me", 9) == 0 ||
+	    strlen(conf->seq_secret) < 16)) {
+		snprintf(errstr, errstr_size, "sequence_secret: the built-in key, the examples' "
+		    "change-me placeholder or a key under 16 bytes, and base_url's host (%s) is "
+		    "not a loopback one: set your own (e.g. openssl rand -hex 32; never change it "
+		    "after)", L->base_host);
 		links_free(L);
 		return NULL;
 	}

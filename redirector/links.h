@@ -18,7 +18,8 @@ enum links_strategy { LINKS_RANDOM = 0, LINKS_SEQUENCE = 1, LINKS_HASH = 2, LINK
 struct pool;
 
 /* The built-in sequence_secret: public (it is in the sources), so
- * links_new refuses it unless base_url's host is a loopback one. */
+ * links_new refuses it unless base_url's host is a loopback one (and so the
+ * examples' "change-me..." placeholder, and any key under 16 bytes). */
 #define LINKS_DEV_SEQUENCE_SECRET "linkpulse-dev-sequence-secret"
 
 struct links_conf {

@@ -427,7 +427,7 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		{ METRICS_COUNTER, "linkpulse_redirector_events_replayed_total",
 		  "Deliveries of spooled visit events (a file retried after a failure is sent, and counted, whole again)." },
 		{ METRICS_COUNTER, "linkpulse_redirector_events_spool_dropped_total",
-		  "Visit events lost because the spool was full (spool_max_bytes)." },
+		  "Visit events lost: the spool full (spool_max_bytes), a failed write, a record past its bounds, or held in memory at exit with no spool file to write." },
 		{ METRICS_GAUGE, "linkpulse_redirector_producer_queue_depth",
 		  "Events in librdkafka's queue now." },
 		{ METRICS_GAUGE, "linkpulse_redirector_spool_bytes", "Bytes in the event spool now." },

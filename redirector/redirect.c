@@ -232,10 +232,11 @@ redirect_ready(struct redirect *r, struct http_req *req)
 
 	if (at != 0 && now >= at && now - at < 1000000) {
 		pg_ok = atomic_load(&pinged_ok);
-	} else if (!atomic_compare_exchange_strong(&ping_started_us, &started, now)) {
+	} else if (at != 0 && !atomic_compare_exchange_strong(&ping_started_us, &started, now)) {
 		/* one ping at a time (each holds an HTTP thread and a pool
 		 * connection): the others answer from the last one, and a ping
-		 * under way for over 2 s says PostgreSQL is not answering */
+		 * under way for over 2 s says PostgreSQL is not answering;
+		 * before the first answer every probe pings (none to reuse) */
 		pg_ok = atomic_load(&pinged_ok) && now - started < 2000000;
 	} else {
 		pg_ok = pgpool_ping(r->pg, errstr, sizeof(errstr)) == 0;

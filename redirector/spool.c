@@ -578,6 +578,31 @@ resync(FILE *f, long at)
 	return ferror(f) ? -1 : 0;
 }
 
+/* A corrupt record at offset at (its header, or a length that does not lead
+ * to the next header or the end): skips to the next header, loudly (the
+ * records after it were dropped with the file until the forty-third
+ * session). 1 to go on from there, 0 when none follows (at_end: a record cut
+ * short by the end is a torn end, a crash mid-write, not corruption), -1 on a
+ * read error. */
+static int
+skip_corrupt(FILE *f, const char *path, long at, int at_end)
+{
+	int found;
+
+	clearerr(f);
+	if ((found = resync(f, at)) < 0)
+		return -1;
+	if (found == 1)
+		log_error("spool: %s: corrupt record at offset %ld: the next record header is "
+		    "%ld bytes on; visit events in between LOST", path, at, ftell(f) - at);
+	else if (at_end)
+		log_warnx("spool: %s: torn record at the end (offset %ld); ignored", path, at);
+	else
+		log_error("spool: %s: corrupt record at offset %ld and no record after it: the "
+		    "visit events in the rest of the file LOST", path, at);
+	return found;
+}
+
 int
 spool_read(const char *path, spool_record_fn fn, void *ctx)
 {
@@ -591,36 +616,23 @@ spool_read(const char *path, spool_record_fn fn, void *ctx)
 		return -1;
 	}
 	for (;;) {
-		uint32_t hdr[3];
+		uint32_t hdr[3], next;
 		long at = ftell(f);
-		size_t n = fread(hdr, 1, HDR, f), need;
+		size_t n = fread(hdr, 1, HDR, f), need, m;
+		int go;
 
 		if (n < HDR && ferror(f))
 			break;
 		if (n == 0)
 			break;
-		if (n == HDR && (hdr[0] != SPOOL_MAGIC || hdr[1] > SPOOL_MAX_KEY ||
-		    hdr[2] > SPOOL_MAX_VALUE)) {
-			/* Not the end: the records after it were dropped with
-			 * the file until the forty-third session. Skip to the
-			 * next header, loudly (what was in between is lost). */
-			int found = resync(f, at);
-			long to = found == 1 ? ftell(f) : -1;
-
-			if (found < 0)
-				break;
-			log_error("spool: %s: corrupt record at offset %ld: %s, visit events in them "
-			    "LOST", path, at, found == 1 ? "skipped to the next record" :
-			    "no record after it; the rest of the file");
-			if (found == 1)
-				log_error("spool: %s: %ld corrupt bytes skipped", path, to - at);
-			if (found == 0)
-				break;
-			continue;
-		}
 		if (n < HDR) {
 			log_warnx("spool: %s: torn record at the end (offset %ld); ignored", path, at);
 			break;
+		}
+		if (hdr[0] != SPOOL_MAGIC || hdr[1] > SPOOL_MAX_KEY || hdr[2] > SPOOL_MAX_VALUE) {
+			if ((go = skip_corrupt(f, path, at, 0)) <= 0)
+				break;
+			continue;
 		}
 		need = (size_t)hdr[1] + hdr[2];
 		if (need > cap) {
@@ -636,7 +648,31 @@ spool_read(const char *path, spool_record_fn fn, void *ctx)
 		if (fread(rec, 1, need, f) != need) {
 			if (ferror(f))
 				break;
-			log_warnx("spool: %s: torn record at the end; ignored", path);
+			/* the end, or a length grown by corruption past it */
+			if ((go = skip_corrupt(f, path, at, 1)) <= 0)
+				break;
+			continue;
+		}
+		/* a length shrunk or grown by corruption (within the bounds)
+		 * ends elsewhere than at the next header or the end */
+		m = fread(&next, 1, sizeof(next), f);
+		if (m < sizeof(next) && ferror(f))
+			break;
+		if (m == sizeof(next) && next != SPOOL_MAGIC) {
+			/* this record's length or the next header is corrupt,
+			 * which cannot be told apart: the record is sent as
+			 * read (a bad one ends in ingest's rejects, with its
+			 * bytes), and the next header is looked for from just
+			 * after this one's start, so that records a grown
+			 * length swallowed are found again */
+			if ((rc = fn(ctx, rec, hdr[1], rec + hdr[1], hdr[2])) != 0)
+				break;
+			if ((go = skip_corrupt(f, path, at, 0)) <= 0)
+				break;
+			continue;
+		}
+		if (m > 0 && fseek(f, -(long)m, SEEK_CUR) < 0) {
+			rc = -1;
 			break;
 		}
 		if ((rc = fn(ctx, rec, hdr[1], rec + hdr[1], hdr[2])) != 0)

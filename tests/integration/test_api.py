@@ -836,15 +836,19 @@ def test_sequence_strategy(api):
 
 def test_public_sequence_secret_refused_off_loopback(pg):
     """The built-in sequence_secret is in the sources: anyone could compute
-    that key's codes in order. A redirector with it and a base_url whose host
+    that key's codes in order. A redirector with it (or the examples'
+    change-me placeholder, or a key under 16 bytes) and a base_url whose host
     is not a loopback one refuses to start, naming the setting; on a loopback
     host (a development machine) it starts."""
     dev = "linkpulse-dev-sequence-secret"
-    for base in ("https://lnk.example.com", "http://10.0.0.5:8080", "http://[2001:db8::1]/"):
+    for base, secret in (("https://lnk.example.com", dev), ("http://10.0.0.5:8080", dev),
+                         ("http://[2001:db8::1]/", dev),
+                         ("https://lnk.example.com", "change-me-to-32-random-bytes"),
+                         ("https://lnk.example.com", "short-secret")):
         r = subprocess.run([os.path.join(lpstack.BIN, "redirector"), "-o", f"pg_dsn={pg.dsn}",
                             "-o", "redis_url=", "-o", "kafka_bootstrap=", "-o",
                             f"listen_port={lpstack.free_port()}", "-o", f"base_url={base}",
-                            "-o", f"sequence_secret={dev}", "-o", "bloom_expected=1000"],
+                            "-o", f"sequence_secret={secret}", "-o", "bloom_expected=1000"],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 1 and "sequence_secret" in r.stderr, (base, r.returncode, r.stderr)
     for base in ("http://127.0.0.1:8080", "http://localhost", "http://s.localhost",

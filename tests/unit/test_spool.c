@@ -305,16 +305,19 @@ test_read_error(void)
 	CHECK(rmdir(dir) == 0, "rmdir %s", dir);
 }
 
-/* A corrupt record inside a file (a flipped magic number, then an absurd
- * length) costs only itself: the records after it are read (they were
- * dropped with the file, uncounted). */
+/* A corrupt record inside a file (a flipped magic number, an absurd length,
+ * a length one bit longer that runs past the end) costs only itself: the
+ * records after it are read (they were dropped with the file, uncounted);
+ * a length shrunk by corruption sends that record as read (ingest keeps it
+ * in its rejects) and the next ones still. */
 static void
 test_corrupt_middle(void)
 {
 	static const struct {
 		long off;           /* into the second record's header */
 		uint32_t value;
-	} damage[] = { { 0, 0xdeadbeefu }, { 8, 0x7fffffffu } };
+	} damage[] = { { 0, 0xdeadbeefu }, { 8, 0x7fffffffu },
+	    { 8, 20u | 0x10000u } /* one bit of the value's length: past the end */ };
 
 	for (size_t d = 0; d < sizeof(damage) / sizeof(damage[0]); d++) {
 		char dir[] = "/tmp/test_spool_XXXXXX", path[4096], active[4096], want[64];
@@ -336,6 +339,33 @@ test_corrupt_middle(void)
 		for (int i = 0; i < seen.n && i < 3; i++) {
 			snprintf(want, sizeof(want), "c-%02d-padding-padding", i == 0 ? 0 : i + 1);
 			CHECK_STR(seen.vals[i], want, "event read back");
+		}
+		spool_done(s, path);
+		spool_close(s);
+		remove_dir(dir);
+	}
+	{
+		char dir[] = "/tmp/test_spool_XXXXXX", path[4096], active[4096];
+		struct seen seen = { 0 };
+		struct spool *s;
+		FILE *f;
+		uint32_t shrunk = 10;
+		long first = 12 + 2 + (long)strlen("c-00-padding-padding");
+
+		if ((s = new_spool(dir)) == NULL)
+			return;
+		snprintf(active, sizeof(active), "%s/spool.active", dir);
+		wait_writer(s, active, append(s, "c", 0, 4), 0);
+		CHECK(spool_take(s, path, sizeof(path)) == 1, "take");
+		CHECK((f = fopen(path, "r+b")) != NULL && fseek(f, first + 8, SEEK_SET) == 0 &&
+		    fwrite(&shrunk, 4, 1, f) == 1 && fclose(f) == 0, "damage %s", path);
+		CHECK(spool_read(path, collect, &seen) == 0, "spool_read");
+		CHECK(seen.n == 4, "shrunk length: read %d records, want 4", seen.n);
+		if (seen.n == 4) {
+			CHECK_STR(seen.vals[0], "c-00-padding-padding", "first");
+			CHECK_STR(seen.vals[1], "c-01-paddi", "the shrunk one, as read");
+			CHECK_STR(seen.vals[2], "c-02-padding-padding", "third");
+			CHECK_STR(seen.vals[3], "c-03-padding-padding", "fourth");
 		}
 		spool_done(s, path);
 		spool_close(s);
