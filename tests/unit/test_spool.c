@@ -305,6 +305,29 @@ test_read_error(void)
 	CHECK(rmdir(dir) == 0, "rmdir %s", dir);
 }
 
+/* Four "c" records spooled and taken, the 4 bytes at off into the second
+ * record's header replaced by value, the file read back into seen. */
+static void
+damaged_read(long off, uint32_t value, struct seen *seen)
+{
+	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], active[4096];
+	struct spool *s;
+	FILE *f;
+	long first = 12 + 2 + (long)strlen("c-00-padding-padding");
+
+	if ((s = new_spool(dir)) == NULL)
+		return;
+	snprintf(active, sizeof(active), "%s/spool.active", dir);
+	wait_writer(s, active, append(s, "c", 0, 4), 0);
+	CHECK(spool_take(s, path, sizeof(path)) == 1, "take");
+	CHECK((f = fopen(path, "r+b")) != NULL && fseek(f, first + off, SEEK_SET) == 0 &&
+	    fwrite(&value, 4, 1, f) == 1 && fclose(f) == 0, "damage %s", path);
+	CHECK(spool_read(path, collect, seen) == 0, "spool_read");
+	spool_done(s, path);
+	spool_close(s);
+	remove_dir(dir);
+}
+
 /* A corrupt record inside a file (a flipped magic number, an absurd length,
  * a length one bit longer that runs past the end) costs only itself: the
  * records after it are read (they were dropped with the file, uncounted);
@@ -318,58 +341,27 @@ test_corrupt_middle(void)
 		uint32_t value;
 	} damage[] = { { 0, 0xdeadbeefu }, { 8, 0x7fffffffu },
 	    { 8, 20u | 0x10000u } /* one bit of the value's length: past the end */ };
+	struct seen seen;
+	char want[64];
 
 	for (size_t d = 0; d < sizeof(damage) / sizeof(damage[0]); d++) {
-		char dir[] = "/tmp/test_spool_XXXXXX", path[4096], active[4096], want[64];
-		struct seen seen = { 0 };
-		struct spool *s;
-		FILE *f;
-		long first = 12 + 2 + (long)strlen("c-00-padding-padding");
-
-		if ((s = new_spool(dir)) == NULL)
-			return;
-		snprintf(active, sizeof(active), "%s/spool.active", dir);
-		wait_writer(s, active, append(s, "c", 0, 4), 0);
-		CHECK(spool_take(s, path, sizeof(path)) == 1, "take");
-		CHECK((f = fopen(path, "r+b")) != NULL && fseek(f, first + damage[d].off, SEEK_SET) == 0 &&
-		    fwrite(&damage[d].value, 4, 1, f) == 1 && fclose(f) == 0, "damage %s", path);
-		CHECK(spool_read(path, collect, &seen) == 0, "spool_read");
+		memset(&seen, 0, sizeof(seen));
+		damaged_read(damage[d].off, damage[d].value, &seen);
 		CHECK(seen.n == 3, "damage %zu: read %d events back, want 3 (all but the second)", d,
 		    seen.n);
 		for (int i = 0; i < seen.n && i < 3; i++) {
 			snprintf(want, sizeof(want), "c-%02d-padding-padding", i == 0 ? 0 : i + 1);
 			CHECK_STR(seen.vals[i], want, "event read back");
 		}
-		spool_done(s, path);
-		spool_close(s);
-		remove_dir(dir);
 	}
-	{
-		char dir[] = "/tmp/test_spool_XXXXXX", path[4096], active[4096];
-		struct seen seen = { 0 };
-		struct spool *s;
-		FILE *f;
-		uint32_t shrunk = 10;
-		long first = 12 + 2 + (long)strlen("c-00-padding-padding");
-
-		if ((s = new_spool(dir)) == NULL)
-			return;
-		snprintf(active, sizeof(active), "%s/spool.active", dir);
-		wait_writer(s, active, append(s, "c", 0, 4), 0);
-		CHECK(spool_take(s, path, sizeof(path)) == 1, "take");
-		CHECK((f = fopen(path, "r+b")) != NULL && fseek(f, first + 8, SEEK_SET) == 0 &&
-		    fwrite(&shrunk, 4, 1, f) == 1 && fclose(f) == 0, "damage %s", path);
-		CHECK(spool_read(path, collect, &seen) == 0, "spool_read");
-		CHECK(seen.n == 4, "shrunk length: read %d records, want 4", seen.n);
-		if (seen.n == 4) {
-			CHECK_STR(seen.vals[0], "c-00-padding-padding", "first");
-			CHECK_STR(seen.vals[1], "c-01-paddi", "the shrunk one, as read");
-			CHECK_STR(seen.vals[2], "c-02-padding-padding", "third");
-			CHECK_STR(seen.vals[3], "c-03-padding-padding", "fourth");
-		}
-		spool_done(s, path);
-		spool_close(s);
-		remove_dir(dir);
+	memset(&seen, 0, sizeof(seen));
+	damaged_read(8, 10, &seen);  /* the value's length shrunk to 10 */
+	CHECK(seen.n == 4, "shrunk length: read %d records, want 4", seen.n);
+	if (seen.n == 4) {
+		CHECK_STR(seen.vals[0], "c-00-padding-padding", "first");
+		CHECK_STR(seen.vals[1], "c-01-paddi", "the shrunk one, as read");
+		CHECK_STR(seen.vals[2], "c-02-padding-padding", "third");
+		CHECK_STR(seen.vals[3], "c-03-padding-padding", "fourth");
 	}
 }
 
