@@ -1206,4 +1206,5 @@ events_stats(struct events *ev, struct events_stats *out)
 	out->spool_dropped = ss.dropped;
 	out->spool_bytes = ss.bytes;
 	out->connected = events_connected(ev);
+	out->replay_stopped = atomic_load(&ev->replay_fatal) != 0;
 }

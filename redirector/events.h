@@ -47,12 +47,15 @@ struct events_stats {
 	uint64_t failed;        /* delivery failures and refusals by the queue */
 	uint64_t spooled;       /* written to the spool */
 	uint64_t replayed;      /* spooled events delivered by the replayer */
-	uint64_t spool_dropped; /* lost because the spool hit spool_max_bytes */
+	uint64_t spool_dropped; /* lost: the spool full, a failed write, a record
+	                         * past its bounds, held in memory at exit */
 	uint64_t spool_bytes;   /* bytes in the spool now */
 	uint64_t queued;        /* messages in librdkafka's queues now (live and
 	                         * replay producers) */
 	uint64_t pending;       /* visits copied, not yet encoded and produced */
 	int connected;          /* 1 while a broker answers */
+	int replay_stopped;     /* 1 after the replay producer's fatal error:
+	                         * the spool is not replayed until a restart */
 };
 
 struct events;

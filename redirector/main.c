@@ -198,7 +198,7 @@ struct app {
 	struct metrics_family *requests;  /* by status */
 	struct metrics_series *latency;
 	struct metrics_series *_Atomic by_status[600]; /* requests series cache */
-	struct metrics_series *ev[10], *cache[4], *pool_size;
+	struct metrics_series *ev[10], *cache[4], *pool_size, *replay_stopped;
 };
 
 /* GET /metrics for addresses in metrics_allow; 404 (like any unknown path
@@ -398,6 +398,7 @@ collect(void *arg)
 	metrics_set(app->ev[7], (double)es.spool_bytes);
 	metrics_set(app->ev[8], app->events != NULL && es.connected);
 	metrics_set(app->ev[9], (double)es.pending);
+	metrics_set(app->replay_stopped, es.replay_stopped);
 	memset(&cs, 0, sizeof(cs));
 	if (app->redir != NULL)
 		redirect_cache_stats(app->redir, &cs);
@@ -445,6 +446,8 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		  "Links (and unknown codes) in the in-process cache now." },
 		{ METRICS_GAUGE, "linkpulse_redirector_code_pool_size",
 		  "Codes left in the Redis pool at the last look (-1 unknown)." },
+		{ METRICS_GAUGE, "linkpulse_redirector_replay_stopped",
+		  "1 after the replay producer's fatal error: spooled events wait for a restart." },
 	};
 	struct metrics_series *out[sizeof(defs) / sizeof(defs[0])];
 	struct metrics_family *f;
@@ -478,6 +481,7 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 	memcpy(app->ev, out, sizeof(app->ev));
 	memcpy(app->cache, out + 10, sizeof(app->cache));
 	app->pool_size = out[14];
+	app->replay_stopped = out[15];
 	return metrics_on_collect(app->metrics, collect, app);
 }
 

@@ -183,6 +183,7 @@ def test_redirector_metrics_port(procs, pg, workdir):
     assert val(samples, "linkpulse_redirector_requests_total", '{status="404"}') >= 2, samples
     assert val(samples, "linkpulse_redirector_cache_entries") >= 1
     assert val(samples, "linkpulse_redirector_code_pool_size") == -1  # no Redis
+    assert val(samples, "linkpulse_redirector_replay_stopped") == 0
     assert red.proc.stop(timeout=60) == 0, red.proc.output()[-2000:]
 
 
