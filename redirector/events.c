@@ -12,6 +12,7 @@
 #include "monotime.h"
 #include "spool.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct events {
 	rd_kafka_t *rk;             /* live visits; reports failures only */
@@ -870,6 +872,13 @@ replay_file(struct events *ev, const char *path)
 	log_info("events: replaying %s", path);
 	atomic_store(&ev->replay_failed, 0);
 	rc = spool_read(path, replay_record, ev);
+	if (rc < 0 && access(path, F_OK) < 0 && errno == ENOENT) {
+		/* removed from outside: its bytes still counted against
+		 * spool_max_bytes, and no take offers it again */
+		log_warnx("events: %s vanished before its replay; counting the spool again", path);
+		spool_recount(ev->spool);
+		return 0;
+	}
 	deadline = mono_ms() + ev->message_timeout_ms + 5000;
 	while (atomic_load(&ev->replay_outstanding) > 0 && mono_ms() < deadline &&
 	    atomic_load(&ev->running))

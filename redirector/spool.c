@@ -706,6 +706,38 @@ spool_done(struct spool *s, const char *path)
 }
 
 void
+spool_recount(struct spool *s)
+{
+	DIR *d;
+	struct dirent *e;
+	char path[4096];
+	struct stat st;
+	uint64_t bytes = 0, files = 0;
+
+	pthread_mutex_lock(&s->io);
+	if ((d = opendir(s->dir)) == NULL) {
+		pthread_mutex_unlock(&s->io);
+		return;
+	}
+	while ((e = readdir(d)) != NULL) {
+		unsigned long long seq;
+
+		snprintf(path, sizeof(path), "%s/%s", s->dir, e->d_name);
+		if (replay_seq(e->d_name, &seq) && stat(path, &st) == 0) {
+			bytes += (uint64_t)st.st_size;
+			files++;
+		}
+	}
+	closedir(d);
+	pthread_mutex_lock(&s->mtx);
+	bytes += s->active_bytes + s->pending.len;
+	atomic_store(&s->bytes, bytes);
+	atomic_store(&s->files, files);
+	pthread_mutex_unlock(&s->mtx);
+	pthread_mutex_unlock(&s->io);
+}
+
+void
 spool_stats(struct spool *s, struct spool_stats *out)
 {
 	out->appended = atomic_load(&s->appended);

@@ -59,4 +59,10 @@ struct spool_stats {
 };
 void spool_stats(struct spool *s, struct spool_stats *out);
 
+/* Counts the bytes and files again from the directory (the active file and
+ * the records in memory as the spool knows them): after a replay file
+ * vanished from outside, whose bytes were counted against spool_max_bytes
+ * until a restart. */
+void spool_recount(struct spool *s);
+
 #endif

@@ -402,6 +402,32 @@ test_stop_counts_what_waits(void)
 	remove_dir(dir);
 }
 
+/* A replay file removed from outside: spool_recount drops its bytes from
+ * the count (they counted against spool_max_bytes until a restart). */
+static void
+test_recount(void)
+{
+	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], active[4096];
+	struct spool_stats st;
+	struct spool *s;
+
+	if ((s = new_spool(dir)) == NULL)
+		return;
+	snprintf(active, sizeof(active), "%s/spool.active", dir);
+	wait_writer(s, active, append(s, "v", 0, 3), 0);
+	CHECK(spool_take(s, path, sizeof(path)) == 1, "take");
+	CHECK(unlink(path) == 0, "unlink %s", path);
+	spool_stats(s, &st);
+	CHECK(st.bytes > 0 && st.files == 1, "before: %llu bytes, %llu files",
+	    (unsigned long long)st.bytes, (unsigned long long)st.files);
+	spool_recount(s);
+	spool_stats(s, &st);
+	CHECK(st.bytes == 0 && st.files == 0, "after: %llu bytes, %llu files",
+	    (unsigned long long)st.bytes, (unsigned long long)st.files);
+	spool_close(s);
+	remove_dir(dir);
+}
+
 int
 main(void)
 {
@@ -412,5 +438,6 @@ main(void)
 	test_read_error();
 	test_corrupt_middle();
 	test_stop_counts_what_waits();
+	test_recount();
 	return unit_done("test_spool");
 }
