@@ -64,20 +64,27 @@ pgpool_free(struct pgpool *p)
 	free(p);
 }
 
-static PGconn *
-pg_connect(const char *dsn, char *errstr, size_t errstr_size)
+PGconn *
+pgpool_connectdb(const char *dsn, const char *application_name, const char *connect_timeout_s)
 {
 	/* libpq takes the keywords in order: the DSN (expanded from dbname)
-	 * comes last so its connect_timeout, application_name or
-	 * client_encoding win over these defaults. TCP keepalives and a user
-	 * timeout: a server or route that stops answering without closing
-	 * the connection (a partition, a frozen VM) fails the statement in
-	 * ~30 s instead of the kernel's ~15 minutes, on an HTTP thread. */
+	 * comes last so its own values win over these defaults. TCP
+	 * keepalives and a user timeout: a server or route that stops
+	 * answering without closing the connection (a partition, a frozen VM)
+	 * fails the statement in ~30 s instead of the kernel's ~15 minutes. */
 	const char *keys[] = { "connect_timeout", "application_name", "client_encoding",
 		"keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
 		"tcp_user_timeout", "dbname", NULL };
-	const char *vals[] = { "3", "linkpulse", "UTF8", "1", "10", "5", "3", "30000", dsn, NULL };
-	PGconn *c = PQconnectdbParams(keys, vals, 1);
+	const char *vals[] = { connect_timeout_s, application_name, "UTF8", "1", "10", "5", "3",
+		"30000", dsn, NULL };
+
+	return PQconnectdbParams(keys, vals, 1);
+}
+
+static PGconn *
+pg_connect(const char *dsn, char *errstr, size_t errstr_size)
+{
+	PGconn *c = pgpool_connectdb(dsn, "linkpulse", "3");
 	const char *msg;
 	size_t n;
 

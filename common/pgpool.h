@@ -27,6 +27,15 @@ void pgpool_put(struct pgpool *p, PGconn *c);
  * Used where a plain INSERT runs first and ON CONFLICT only when needed. */
 int pgpool_conflict(const char *sqlstate);
 
+/* PQconnectdbParams for dsn with the project's defaults before it (the DSN's
+ * own values win): connect_timeout_s, application_name, client_encoding
+ * UTF8, TCP keepalives and a 30 s tcp_user_timeout (a server that stops
+ * answering without closing the connection fails a statement in ~30 s, not
+ * the kernel's ~15 minutes). The caller checks PQstatus and PQfinish()es
+ * the result (NULL only out of memory). */
+PGconn *pgpool_connectdb(const char *dsn, const char *application_name,
+                         const char *connect_timeout_s);
+
 /* 0 when a "SELECT 1" succeeds: a connection waited for up to the pool's connect
  * timeout, the query bounded by TCP keepalives and tcp_user_timeout (~30 s
  * for a server that stops answering without closing the connection). */

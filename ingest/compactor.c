@@ -6,6 +6,7 @@
 #include "errstr.h"
 #include "log.h"
 #include "monotime.h"
+#include "pgpool.h"
 
 #include <errno.h>
 #include <libpq-fe.h>
@@ -59,19 +60,13 @@ compact_once(struct compactor *c)
 	PGcancel *cancel;
 	int quit;
 
-	/* As the loading lanes connect: a black-holed server fails the
-	 * statement (and compactor_stop's cancel request) in ~30 s instead of
-	 * holding a stopping ingest past its supervisor's stop timeout. The
-	 * DSN's own values win (dbname last). */
-	static const char *const keys[] = { "connect_timeout", "application_name", "keepalives",
-	    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-	    "dbname", NULL };
-	const char *vals[] = { "5", "linkpulse-ingest-compactor", "1", "10", "5", "3", "30000",
-	    c->dsn, NULL };
-
 	if (c->conn == NULL || PQstatus(c->conn) != CONNECTION_OK) {
 		PQfinish(c->conn);
-		c->conn = PQconnectdbParams(keys, vals, 1);
+		/* as the loading lanes connect: a black-holed server fails the
+		 * statement (and compactor_stop's cancel request) in ~30 s
+		 * instead of holding a stopping ingest past its supervisor's
+		 * stop timeout */
+		c->conn = pgpool_connectdb(c->dsn, "linkpulse-ingest-compactor", "5");
 		if (PQstatus(c->conn) != CONNECTION_OK) {
 			log_warnx("link_day_dim compaction: PostgreSQL: %s (retried in %d s)",
 			    c->conn ? PQerrorMessage(c->conn) : "out of memory", c->interval_s);

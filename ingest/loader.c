@@ -7,6 +7,7 @@
 
 #include "errstr.h"
 #include "log.h"
+#include "pgpool.h"
 
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -207,14 +208,6 @@ ensure_month(struct loader *l, int32_t m, char *errstr, size_t errstr_size)
 static int
 connect_lane(struct loader *l, char *errstr, size_t errstr_size)
 {
-	/* TCP keepalives and a user timeout: a server or network that stops
-	 * answering without closing the connection (a black-holed route)
-	 * fails the lane's statement within ~30 s instead of the kernel's two
-	 * hours. Before dbname, so that the DSN's own values win. */
-	const char *keys[] = { "connect_timeout", "application_name", "keepalives",
-	    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-	    "dbname", NULL };
-	const char *vals[] = { "5", "linkpulse-ingest", "1", "10", "5", "3", "30000", l->dsn, NULL };
 	char set[160], tmo[24] = "DEFAULT"; /* DEFAULT: the server's or pg_dsn's */
 	PGresult *r;
 
@@ -224,7 +217,9 @@ connect_lane(struct loader *l, char *errstr, size_t errstr_size)
 	if (l->statement_timeout_ms > 0)
 		snprintf(tmo, sizeof(tmo), "%d", l->statement_timeout_ms);
 	drop_conn(l);
-	l->conn = PQconnectdbParams(keys, vals, 1);
+	/* keepalives: a black-holed server fails the lane's statement within
+	 * ~30 s instead of the kernel's two hours */
+	l->conn = pgpool_connectdb(l->dsn, "linkpulse-ingest", "5");
 	if (PQstatus(l->conn) != CONNECTION_OK) {
 		set_pg_error(l->conn, NULL, "connect", errstr, errstr_size);
 		drop_conn(l);

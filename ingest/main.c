@@ -12,6 +12,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "metricsd.h"
+#include "monotime.h"
 #include "stats.h"
 
 #include <signal.h>
@@ -164,15 +165,6 @@ reload(struct app *a)
 		log_error("config: %s", errstr);
 }
 
-static int64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* builder_done_cb: a lane's batch committed (counted, lag updated) or
  * rolled back, or a message that could not be built. Runs on the lanes'
  * threads. */
@@ -237,9 +229,9 @@ drain(void *ctx)
 static void
 idle_poll(struct app *a, int ms)
 {
-	int64_t end = now_ms() + ms;
+	int64_t end = monotime_ms() + ms;
 
-	while (!stop_flag && now_ms() < end) {
+	while (!stop_flag && monotime_ms() < end) {
 		rd_kafka_message_t *m = consumer_poll(a->cons, 100);
 		if (m)
 			rd_kafka_message_destroy(m);
@@ -273,12 +265,12 @@ recover(struct app *a)
 	builder_reset(a->builder); /* the failure is logged and counted already */
 	a->taken = 0;
 	a->unloaded = 1;
-	if (a->recovered_ms > 0 && now_ms() - a->recovered_ms < 10000) {
+	if (a->recovered_ms > 0 && monotime_ms() - a->recovered_ms < 10000) {
 		a->retry_ms = a->retry_ms == 0 ? 200 : 2 * a->retry_ms;
 		if (a->retry_ms > 5000)
 			a->retry_ms = 5000;
 		log_error("loading failed again %lld ms after recovering; retrying in %d ms",
-		    (long long)(now_ms() - a->recovered_ms), a->retry_ms);
+		    (long long)(monotime_ms() - a->recovered_ms), a->retry_ms);
 		idle_poll(a, a->retry_ms);
 	} else {
 		a->retry_ms = 0;
@@ -291,7 +283,7 @@ recover(struct app *a)
 	if (stop_flag)
 		return;
 	a->failed = 0;
-	a->recovered_ms = now_ms();
+	a->recovered_ms = monotime_ms();
 	if (reseek(a) < 0)
 		return;
 	atomic_store(&unhealthy, 0); /* reconnected and re-read: loading again */
@@ -377,7 +369,7 @@ handle_message(struct app *a, rd_kafka_message_t *m)
 		log_warnx("partition %d: offsets %lld..%lld skipped by the broker (compaction or "
 		    "transaction markers)", m->partition, (long long)exp, (long long)m->offset - 1);
 	if (a->taken++ == 0)
-		a->opened_ms = now_ms();
+		a->opened_ms = monotime_ms();
 	consumer_set_expected(a->cons, m->partition, m->offset + 1);
 	stats_add_consumed(1);
 	builder_push(a->builder, consumer_lane(a->cons, m->partition), m);
@@ -388,7 +380,7 @@ static void
 log_progress(int64_t *last)
 {
 	struct ingest_stats st;
-	int64_t t = now_ms();
+	int64_t t = monotime_ms();
 
 	if (t - *last < 10000)
 		return;
@@ -405,7 +397,7 @@ log_progress(int64_t *last)
 static void
 run(struct app *a)
 {
-	int64_t last_log = now_ms();
+	int64_t last_log = monotime_ms();
 
 	while (!stop_flag) {
 		rd_kafka_message_t *m;
@@ -419,7 +411,7 @@ run(struct app *a)
 		if ((m = consumer_poll(a->cons, 100)) != NULL && !handle_message(a, m))
 			rd_kafka_message_destroy(m);
 		if (a->taken > 0 && ((long long)a->taken >= a->conf.batch_max_events ||
-		    now_ms() - a->opened_ms >= a->conf.batch_max_ms))
+		    monotime_ms() - a->opened_ms >= a->conf.batch_max_ms))
 			close_batch(a);
 		log_progress(&last_log);
 	}

@@ -33,7 +33,6 @@ struct events {
 	rd_kafka_topic_t *rkt_replay;
 	struct spool *spool;
 	char *spool_dir;            /* owned: where the ids' mark is kept */
-	int64_t id_floor;           /* the mark read at start (ms; 0 none) */
 	int64_t id_lease;           /* the mark on disk now: no id reaches it */
 	int shutdown_flush_ms;
 	long long deadline_ms;      /* events_deadline's, 0 none */
@@ -69,12 +68,6 @@ struct events {
 	_Atomic long long last_fail_log;
 };
 
-static long long
-mono_ms(void)
-{
-	return monotime_ms();
-}
-
 /* Puts one event in the spool, counting it. */
 static void
 to_spool(struct events *ev, const void *key, size_t klen, const void *val, size_t vlen)
@@ -87,7 +80,7 @@ to_spool(struct events *ev, const void *key, size_t klen, const void *val, size_
 static void
 fail_log(struct events *ev, const char *what, const char *why)
 {
-	long long now = mono_ms(), last = atomic_load(&ev->last_fail_log);
+	long long now = monotime_ms(), last = atomic_load(&ev->last_fail_log);
 
 	if (now - last >= 1000 && atomic_compare_exchange_strong(&ev->last_fail_log, &last, now))
 		log_warnx("events: %s (%s); spooling to disk (%llu spooled so far)", what, why,
@@ -391,7 +384,7 @@ local_get(struct events *ev)
 		return NULL;
 	l->ev = ev;
 	l->cap = 4096;
-	atomic_store(&l->flushed_ms, mono_ms());
+	atomic_store(&l->flushed_ms, monotime_ms());
 	l->arr = o = json_array();
 	l->id = json_integer(0);
 	l->ts = json_integer(0);
@@ -698,7 +691,7 @@ static long
 sweep_locals(struct events *ev, int all)
 {
 	struct pending *taken = NULL;
-	long long now = mono_ms();
+	long long now = monotime_ms();
 
 	pthread_mutex_lock(&ev->locals_mtx);
 	for (struct local *l = ev->locals; l != NULL; l = l->next) {
@@ -763,7 +756,7 @@ events_publish(struct events *ev, const struct events_visit *v)
 	}
 	list_push(&l->waiting, p, p);
 	if (atomic_fetch_add_explicit(&l->nwaiting, 1, memory_order_relaxed) + 1 >= LOCAL_BATCH) {
-		atomic_store_explicit(&l->flushed_ms, mono_ms(), memory_order_relaxed);
+		atomic_store_explicit(&l->flushed_ms, monotime_ms(), memory_order_relaxed);
 		/* counted as waiting until encoded and produced */
 		atomic_fetch_sub_explicit(&l->nwaiting,
 		    publish_list(ev, l, atomic_exchange(&l->waiting, NULL)), memory_order_relaxed);
@@ -799,22 +792,35 @@ nap(struct events *ev, int ms)
 #define IDMARK_LEASE_MS 120000
 #define IDMARK_AHEAD_MS 60000
 
+/* The later of the clock and the last id (the mark's floor at start). */
+static int64_t
+idmark_top(void)
+{
+	int64_t now = (int64_t)monotime_wall_ms(), last = eventid_last_ms();
+
+	return last > now ? last : now;
+}
+
+/* Writes a mark a lease past idmark_top. Returns 0 or -1 with errstr. */
+static int
+store_lease(struct events *ev, char *errstr, size_t errstr_size)
+{
+	int64_t lease = idmark_top() + IDMARK_LEASE_MS;
+
+	if (idmark_store(ev->spool_dir, lease, errstr, errstr_size) < 0)
+		return -1;
+	ev->id_lease = lease;
+	return 0;
+}
+
 static void
 renew_idmark(struct events *ev)
 {
-	int64_t top = (int64_t)monotime_wall_ms(), last = eventid_last_ms();
 	char err[512];
 
-	if (last > top)
-		top = last;
-	if (top + IDMARK_AHEAD_MS <= ev->id_lease)
-		return;
-	if (idmark_store(ev->spool_dir, top + IDMARK_LEASE_MS, err, sizeof(err)) < 0) {
+	if (idmark_top() + IDMARK_AHEAD_MS > ev->id_lease && store_lease(ev, err, sizeof(err)) < 0)
 		log_error("events: the event ids' mark: %s (a restart with the clock behind "
 		    "could repeat ids)", err);
-		return;
-	}
-	ev->id_lease = top + IDMARK_LEASE_MS;
 }
 
 static void *
@@ -879,8 +885,8 @@ replay_file(struct events *ev, const char *path)
 		spool_recount(ev->spool);
 		return 0;
 	}
-	deadline = mono_ms() + ev->message_timeout_ms + 5000;
-	while (atomic_load(&ev->replay_outstanding) > 0 && mono_ms() < deadline &&
+	deadline = monotime_ms() + ev->message_timeout_ms + 5000;
+	while (atomic_load(&ev->replay_outstanding) > 0 && monotime_ms() < deadline &&
 	    atomic_load(&ev->running))
 		nap(ev, 10);
 	if (rc == 0 && atomic_load(&ev->replay_outstanding) == 0 &&
@@ -903,10 +909,8 @@ monitor_main(void *arg)
 
 	while (atomic_load(&ev->running)) {
 		const struct rd_kafka_metadata *md = NULL;
-		rd_kafka_resp_err_t err;
+		rd_kafka_resp_err_t err = rd_kafka_metadata(ev->rk, 0, NULL, &md, 1000);
 		int was;
-
-		err = rd_kafka_metadata(ev->rk, 0, NULL, &md, 1000);
 
 		if (md != NULL)
 			rd_kafka_metadata_destroy(md);
@@ -959,13 +963,8 @@ start_idmark(struct events *ev, char *errstr, size_t errstr_size)
 		log_warnx("events: the event ids' mark in %s is %lld s ahead of the clock; ids "
 		    "go on after it", ev->spool_dir, (long long)((mark - now) / 1000));
 	}
-	ev->id_floor = mark;
 	eventid_floor(mark);
-	if (idmark_store(ev->spool_dir, (mark > now ? mark : now) + IDMARK_LEASE_MS, errstr,
-	    errstr_size) < 0)
-		return -1;
-	ev->id_lease = (mark > now ? mark : now) + IDMARK_LEASE_MS;
-	return 0;
+	return store_lease(ev, errstr, errstr_size);
 }
 
 void
@@ -1094,13 +1093,13 @@ events_close(struct events *ev)
 		 * for); the replay producer's messages are all still in the
 		 * file they came from, which stays unless every one of them
 		 * was delivered */
-		long long end = mono_ms() + ev->shutdown_flush_ms;
+		long long end = monotime_ms() + ev->shutdown_flush_ms;
 
 		if (ev->deadline_ms > 0 && ev->deadline_ms < end)
 			end = ev->deadline_ms;
-		flush_producer(ev->rk, end > mono_ms() ? (int)(end - mono_ms()) : 0);
+		flush_producer(ev->rk, end > monotime_ms() ? (int)(end - monotime_ms()) : 0);
 		if (ev->rk_replay != NULL)
-			flush_producer(ev->rk_replay, end > mono_ms() ? (int)(end - mono_ms()) : 0);
+			flush_producer(ev->rk_replay, end > monotime_ms() ? (int)(end - monotime_ms()) : 0);
 		if (ev->rkt != NULL)
 			rd_kafka_topic_destroy(ev->rkt);
 		if (ev->rkt_replay != NULL)
@@ -1115,11 +1114,10 @@ events_close(struct events *ev)
 		 * spool still holds spool_dir's lock (a successor could be
 		 * waiting for it, and would read the mark then) */
 		if (ev->id_lease > 0) {
-			int64_t last = eventid_last_ms();
 			char err[512];
 
-			if (idmark_store(ev->spool_dir, last + 1 > ev->id_floor ? last + 1 :
-			    ev->id_floor, err, sizeof(err)) < 0)
+			/* eventid_floor put the last id at the start's mark at least */
+			if (idmark_store(ev->spool_dir, eventid_last_ms() + 1, err, sizeof(err)) < 0)
 				log_error("events: the event ids' mark: %s (a restart with the clock "
 				    "behind could repeat ids)", err);
 		}

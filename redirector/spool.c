@@ -297,35 +297,53 @@ writer_main(void *arg)
 	return NULL;
 }
 
-/* Highest replay sequence in dir, total bytes and count of replay files. */
-static void
-scan(struct spool *s)
+/* The replay files in dir: their bytes and count, and the highest sequence
+ * (max_seq NULL: not asked, and names the spool did not make are not
+ * logged). -1 when dir cannot be read. */
+static int
+replay_files(const char *dir, uint64_t *bytes, uint64_t *files, unsigned long long *max_seq)
 {
-	DIR *d = opendir(s->dir);
+	DIR *d = opendir(dir);
 	struct dirent *e;
 	char path[4096];
 	struct stat st;
 
+	*bytes = *files = 0;
 	if (d == NULL)
-		return;
+		return -1;
 	while ((e = readdir(d)) != NULL) {
 		unsigned long long seq;
 
 		if (!replay_seq(e->d_name, &seq)) {
-			if (strncmp(e->d_name, "replay-", 7) == 0)
+			if (max_seq != NULL && strncmp(e->d_name, "replay-", 7) == 0)
 				log_warnx("spool: %s/%s is not named as the spool names its files; "
-				    "left alone, not replayed", s->dir, e->d_name);
+				    "left alone, not replayed", dir, e->d_name);
 			continue;
 		}
-		if (seq + 1 > s->next_seq)
-			s->next_seq = seq + 1;
-		snprintf(path, sizeof(path), "%s/%s", s->dir, e->d_name);
+		if (max_seq != NULL && seq + 1 > *max_seq)
+			*max_seq = seq + 1;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		if (stat(path, &st) == 0) {
-			atomic_fetch_add(&s->bytes, (uint64_t)st.st_size);
-			atomic_fetch_add(&s->files, 1);
+			*bytes += (uint64_t)st.st_size;
+			(*files)++;
 		}
 	}
 	closedir(d);
+	return 0;
+}
+
+/* Highest replay sequence in dir, total bytes and count of replay files. */
+static void
+scan(struct spool *s)
+{
+	uint64_t bytes, files;
+	unsigned long long next = s->next_seq;
+
+	if (replay_files(s->dir, &bytes, &files, &next) < 0)
+		return;
+	s->next_seq = next;
+	atomic_fetch_add(&s->bytes, bytes);
+	atomic_fetch_add(&s->files, files);
 }
 
 struct spool *
@@ -561,18 +579,18 @@ spool_take(struct spool *s, char *path, size_t path_size)
 static int
 resync(FILE *f, long at)
 {
-	uint32_t magic = SPOOL_MAGIC, win = 0;
+	uint32_t magic = SPOOL_MAGIC, want, win = 0;
 	unsigned char m[4];
 	int c, have = 0;
 
+	/* the magic's bytes as they lie in the file, read into win in order */
 	memcpy(m, &magic, 4);
+	want = (uint32_t)m[0] << 24 | (uint32_t)m[1] << 16 | (uint32_t)m[2] << 8 | m[3];
 	if (fseek(f, at + 1, SEEK_SET) < 0)
 		return -1;
 	while ((c = getc(f)) != EOF) {
-		win = (win << 8) | (uint32_t)c;
-		if (++have >= 4 && (unsigned char)(win >> 24) == m[0] &&
-		    (unsigned char)(win >> 16) == m[1] && (unsigned char)(win >> 8) == m[2] &&
-		    (unsigned char)win == m[3])
+		win = win << 8 | (uint32_t)c;
+		if (++have >= 4 && win == want)
 			return fseek(f, -4, SEEK_CUR) < 0 ? -1 : 1;
 	}
 	return ferror(f) ? -1 : 0;
@@ -619,7 +637,7 @@ spool_read(const char *path, spool_record_fn fn, void *ctx)
 		uint32_t hdr[3], next;
 		long at = ftell(f);
 		size_t n = fread(hdr, 1, HDR, f), need, m;
-		int go;
+		int lost_next;
 
 		if (n < HDR && ferror(f))
 			break;
@@ -630,7 +648,7 @@ spool_read(const char *path, spool_record_fn fn, void *ctx)
 			break;
 		}
 		if (hdr[0] != SPOOL_MAGIC || hdr[1] > SPOOL_MAX_KEY || hdr[2] > SPOOL_MAX_VALUE) {
-			if ((go = skip_corrupt(f, path, at, 0)) <= 0)
+			if (skip_corrupt(f, path, at, 0) <= 0)
 				break;
 			continue;
 		}
@@ -649,7 +667,7 @@ spool_read(const char *path, spool_record_fn fn, void *ctx)
 			if (ferror(f))
 				break;
 			/* the end, or a length grown by corruption past it */
-			if ((go = skip_corrupt(f, path, at, 1)) <= 0)
+			if (skip_corrupt(f, path, at, 1) <= 0)
 				break;
 			continue;
 		}
@@ -658,24 +676,19 @@ spool_read(const char *path, spool_record_fn fn, void *ctx)
 		m = fread(&next, 1, sizeof(next), f);
 		if (m < sizeof(next) && ferror(f))
 			break;
-		if (m == sizeof(next) && next != SPOOL_MAGIC) {
-			/* this record's length or the next header is corrupt,
-			 * which cannot be told apart: the record is sent as
-			 * read (a bad one ends in ingest's rejects, with its
-			 * bytes), and the next header is looked for from just
-			 * after this one's start, so that records a grown
-			 * length swallowed are found again */
-			if ((rc = fn(ctx, rec, hdr[1], rec + hdr[1], hdr[2])) != 0)
-				break;
-			if ((go = skip_corrupt(f, path, at, 0)) <= 0)
-				break;
-			continue;
-		}
-		if (m > 0 && fseek(f, -(long)m, SEEK_CUR) < 0) {
+		/* this record's length or the next header is corrupt, which
+		 * cannot be told apart: the record is sent as read (a bad one
+		 * ends in ingest's rejects, with its bytes), and the next header
+		 * is looked for from just after this one's start, so that
+		 * records a grown length swallowed are found again */
+		lost_next = m == sizeof(next) && next != SPOOL_MAGIC;
+		if (!lost_next && m > 0 && fseek(f, -(long)m, SEEK_CUR) < 0) {
 			rc = -1;
 			break;
 		}
 		if ((rc = fn(ctx, rec, hdr[1], rec + hdr[1], hdr[2])) != 0)
+			break;
+		if (lost_next && skip_corrupt(f, path, at, 0) <= 0)
 			break;
 	}
 	if (ferror(f)) {
@@ -708,32 +721,15 @@ spool_done(struct spool *s, const char *path)
 void
 spool_recount(struct spool *s)
 {
-	DIR *d;
-	struct dirent *e;
-	char path[4096];
-	struct stat st;
-	uint64_t bytes = 0, files = 0;
+	uint64_t bytes, files;
 
 	pthread_mutex_lock(&s->io);
-	if ((d = opendir(s->dir)) == NULL) {
-		pthread_mutex_unlock(&s->io);
-		return;
+	if (replay_files(s->dir, &bytes, &files, NULL) == 0) {
+		pthread_mutex_lock(&s->mtx);
+		atomic_store(&s->bytes, bytes + s->active_bytes + s->pending.len);
+		atomic_store(&s->files, files);
+		pthread_mutex_unlock(&s->mtx);
 	}
-	while ((e = readdir(d)) != NULL) {
-		unsigned long long seq;
-
-		snprintf(path, sizeof(path), "%s/%s", s->dir, e->d_name);
-		if (replay_seq(e->d_name, &seq) && stat(path, &st) == 0) {
-			bytes += (uint64_t)st.st_size;
-			files++;
-		}
-	}
-	closedir(d);
-	pthread_mutex_lock(&s->mtx);
-	bytes += s->active_bytes + s->pending.len;
-	atomic_store(&s->bytes, bytes);
-	atomic_store(&s->files, files);
-	pthread_mutex_unlock(&s->mtx);
 	pthread_mutex_unlock(&s->io);
 }
 

@@ -196,12 +196,15 @@ check_args(struct args *a, const struct reports_conf *conf, char *err, size_t er
 		return -1;
 	}
 	/* PostgreSQL would refuse them as a database error (exit 1) */
-	if ((a->link != NULL && !errstr_utf8_valid(a->link)) ||
-	    (a->tag != NULL && !errstr_utf8_valid(a->tag)) || (a->tz && !errstr_utf8_valid(a->tz))) {
-		errstr_set(err, errsz, "--%s: not valid UTF-8", a->link != NULL &&
-		    !errstr_utf8_valid(a->link) ? "link" : a->tag != NULL &&
-		    !errstr_utf8_valid(a->tag) ? "tag" : "tz");
-		return -1;
+	{
+		const struct { const char *flag, *value; } text[] = {
+			{ "link", a->link }, { "tag", a->tag }, { "tz", a->tz } };
+
+		for (size_t i = 0; i < sizeof(text) / sizeof(text[0]); i++)
+			if (text[i].value != NULL && !errstr_utf8_valid(text[i].value)) {
+				errstr_set(err, errsz, "--%s: not valid UTF-8", text[i].flag);
+				return -1;
+			}
 	}
 	if (a->from != NULL && !valid_date(a->from)) {
 		errstr_set(err, errsz, "--from \"%s\": not a date (YYYY-MM-DD)", a->from);

@@ -463,6 +463,17 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 		query_close(q);
 		return NULL;
 	}
+	/* before any statement is built for a range it would misread */
+	if (strcmp(PQgetvalue(r, 0, 16), "t") != 0) {
+		PQclear(r);
+		errstr_set(errstr, errstr_size, "time zone \"%s\" is ambiguous: PostgreSQL reads it "
+		    "as one offset for labels and another for day bounds (an abbreviation such as "
+		    "CET, or a bare offset such as +8); use an IANA name such as Europe/Paris or "
+		    "Etc/GMT-8", tz);
+		*bad_input = 1;
+		query_close(q);
+		return NULL;
+	}
 	q->days = split_labels(PQgetvalue(r, 0, 7));
 	ndays = atoi(PQgetvalue(r, 0, 8));
 	snprintf(q->wa0, sizeof(q->wa0), "%s", PQgetvalue(r, 0, 9));
@@ -474,16 +485,6 @@ query_open(const char *dsn, const char *tz, const char *from, const char *to, in
 	q->top_raw_sql = edges ? NULL : build_top_sql(q, 0, TOP_RAW_TAIL);
 	q->split = strcmp(PQgetvalue(r, 0, 14), "t") == 0;
 	utc_days = strcmp(PQgetvalue(r, 0, 15), "t") == 0;
-	if (strcmp(PQgetvalue(r, 0, 16), "t") != 0) {
-		PQclear(r);
-		errstr_set(errstr, errstr_size, "time zone \"%s\" is ambiguous: PostgreSQL reads it "
-		    "as one offset for labels and another for day bounds (an abbreviation such as "
-		    "CET, or a bare offset such as +8); use an IANA name such as Europe/Paris or "
-		    "Etc/GMT-8", tz);
-		*bad_input = 1;
-		query_close(q);
-		return NULL;
-	}
 	PQclear(r);
 	if (q->days == NULL || q->top_sql == NULL || (!edges && q->top_raw_sql == NULL)) {
 		errstr_set(errstr, errstr_size, "out of memory");
