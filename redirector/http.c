@@ -4,6 +4,7 @@
 #include "http.h"
 #include "errstr.h"
 #include "log.h"
+#include "monotime.h"
 
 #include <errno.h>
 #include <idn2.h>
@@ -29,6 +30,8 @@ struct http_server {
 	size_t max_header;
 	atomic_int deferred;  /* deferred requests not yet answered (or gone) */
 	atomic_int stopping;  /* http_stop began: no new deferrals */
+	atomic_int closed;    /* http_stop gave up on them: no handler runs again */
+	atomic_int in_handler; /* access_cb calls running now */
 };
 
 /* Per-request state, created by the URI log callback and freed when the
@@ -538,12 +541,36 @@ check_head(struct http_server *s, struct reqstate *st, struct MHD_Connection *co
 	}
 }
 
+static enum MHD_Result access_run(struct http_server *s, struct MHD_Connection *conn,
+                                  const char *url, const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls);
+
+/* Every call libmicrohttpd makes for a request (headers, body, the end). */
 static enum MHD_Result
 access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
           const char *version, const char *upload_data, size_t *upload_data_size,
           void **req_cls)
 {
 	struct http_server *s = cls;
+	enum MHD_Result r;
+
+	/* Counted before closed is read, as http_stop sets closed before it
+	 * reads the count: either it waits for this call or this call sees
+	 * closed and closes the connection (what the handlers use is being
+	 * freed, or the process exits). */
+	atomic_fetch_add(&s->in_handler, 1);
+	r = atomic_load(&s->closed) ? MHD_NO :
+	    access_run(s, conn, url, method, version, upload_data, upload_data_size, req_cls);
+	atomic_fetch_sub(&s->in_handler, 1);
+	return r;
+}
+
+static enum MHD_Result
+access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
+           const char *method, const char *version, const char *upload_data,
+           size_t *upload_data_size, void **req_cls)
+{
 	struct reqstate *st = *req_cls;
 	struct http_req req;
 	const union MHD_ConnectionInfo *ci;
@@ -750,19 +777,28 @@ http_quiesce(struct http_server *s)
 		    "until the end of the drain");
 }
 
-void
-http_stop(struct http_server *s)
+int
+http_stop(struct http_server *s, int drain_ms)
 {
+	int64_t deadline = monotime_ms() + drain_ms;
+
 	if (s == NULL)
-		return;
+		return 0;
 	atomic_store(&s->stopping, 1);
 	/* Deferred requests are answered first (their workers still run):
-	 * libmicrohttpd must not stop with connections suspended. Past 30 s
-	 * (a create stuck that long) they are closed unanswered. */
-	for (int i = 0; i < 30000 && atomic_load(&s->deferred) > 0; i++)
+	 * libmicrohttpd must not stop with connections suspended (it panics:
+	 * "MHD_stop_daemon() called while we have suspended connections"). */
+	while (atomic_load(&s->deferred) > 0 && monotime_ms() < deadline)
 		usleep(1000);
-	if (atomic_load(&s->deferred) > 0)
-		log_warnx("http: stopping with %d requests still waiting", atomic_load(&s->deferred));
+	if (atomic_load(&s->deferred) > 0) {
+		log_warnx("http: %d requests still waiting after %d ms (a lookup or create stuck "
+		    "on its database): exiting without them", atomic_load(&s->deferred), drain_ms);
+		atomic_store(&s->closed, 1);
+		while (atomic_load(&s->in_handler) > 0)
+			usleep(1000);
+		return -1;
+	}
 	MHD_stop_daemon(s->d);
 	free(s);
+	return 0;
 }

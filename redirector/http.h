@@ -86,8 +86,13 @@ struct http_server *http_start(const struct http_conf *conf, http_handler handle
 /* Stops accepting new connections (the listening socket closes) without
  * waiting; connections already open are served until http_stop. */
 void http_quiesce(struct http_server *s);
-/* Stops and frees. */
-void http_stop(struct http_server *s);
+/* Waits up to drain_ms for the deferred requests to be answered, then
+ * stops and frees: returns 0. When some are still waiting past drain_ms (a
+ * lookup or create stuck on its database), returns -1 and leaves the server
+ * running, its threads and memory untouched (libmicrohttpd cannot stop with
+ * connections suspended, and the jobs holding them will still resume
+ * them): the caller then exits without freeing what those jobs use. */
+int http_stop(struct http_server *s, int drain_ms);
 
 /* From a handler that cannot answer without waiting: suspends the
  * connection (no thread waits for it) and returns a token for http_resume;

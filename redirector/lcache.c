@@ -342,6 +342,29 @@ refresh(struct lcache *c, struct shard *s, struct lcache_entry *old, uint64_t ge
 }
 
 struct lcache_entry *
+lcache_peek(struct lcache *c, const char *code)
+{
+	uint32_t h = hash_code(code);
+	struct shard *s = shard_of(c, h);
+	struct lcache_entry *e;
+	int64_t now = now_ms();
+
+	pthread_mutex_lock(&s->mtx);
+	e = find(s, code, h);
+	if (e == NULL || e->loading || (now >= e->expires_ms && !e->refreshing)) {
+		pthread_mutex_unlock(&s->mtx);
+		return NULL;
+	}
+	atomic_fetch_add(&e->refs, 1);
+	lru_front(s, e);
+	if (now >= e->expires_ms)
+		s->stale++;
+	s->hits++;
+	pthread_mutex_unlock(&s->mtx);
+	return e;
+}
+
+struct lcache_entry *
 lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 {
 	uint32_t h = hash_code(code);

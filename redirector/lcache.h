@@ -79,6 +79,13 @@ struct lcache_entry *lcache_get(struct lcache *c, const char *code, char *errstr
                                 size_t errstr_size);
 void lcache_release(struct lcache *c, struct lcache_entry *e);
 
+/* The entry for code without loading or waiting (a reference the caller
+ * must release, counted as a hit): when it is cached and fresh, or expired
+ * while another caller reloads it. NULL when lcache_get would load, reload
+ * or wait for a load under way (nothing counted): the caller then calls
+ * lcache_get where waiting costs nothing, off the HTTP threads. */
+struct lcache_entry *lcache_peek(struct lcache *c, const char *code);
+
 /* Drops code from the cache: a request that starts after this returns
  * reloads it, even when a load or refresh begun before is still running
  * (that load's result goes to the requests already waiting for it only). */

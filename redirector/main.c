@@ -70,11 +70,14 @@ struct redirector_conf {
 	long long cache_max_bytes;
 	long long cache_ttl_ms;
 	long long cache_negative_ttl_ms;
+	long long cold_lookup_threads;
+	long long cold_lookup_queue;
 	long long worker_id;
 	long long kafka_linger_ms;
 	long long kafka_queue_max_messages;
 	long long kafka_message_timeout_ms;
 	long long shutdown_flush_ms;
+	long long shutdown_drain_ms;
 	long long spool_max_bytes;
 	long long spool_fsync_ms;
 	char *metrics_allow;
@@ -143,6 +146,14 @@ static const struct cfg_opt redirector_tab[] = {
 	  "redirector take effect within this" },
 	{ "cache_negative_ttl_ms", CFG_INT, "1000", 1, 600000, NULL, OFF(cache_negative_ttl_ms), 0,
 	  "how long an unknown code is remembered as unknown" },
+	{ "cold_lookup_threads", CFG_INT, "16", 1, 1024, NULL, OFF(cold_lookup_threads), 0,
+	  "threads that look up codes the in-process cache cannot answer (Redis, then "
+	  "PostgreSQL) while the request's connection waits suspended, so HTTP threads never "
+	  "wait on a lookup (keep it near pg_pool_size)" },
+	{ "cold_lookup_queue", CFG_INT, "1024", 1, 1000000, NULL, OFF(cold_lookup_queue), 0,
+	  "most such lookups waiting for a thread; a request that finds it full gets 503 "
+	  "\"overloaded\" at once (while PostgreSQL is slow, a flood of made-up codes "
+	  "cannot hold every connection)" },
 	{ "worker_id", CFG_INT, "0", 0, 1023, NULL, OFF(worker_id), 0,
 	  "event id worker number: unique per redirector process sharing a topic" },
 	{ "kafka_linger_ms", CFG_INT, "200", 0, 60000, NULL, OFF(kafka_linger_ms), 0,
@@ -154,6 +165,11 @@ static const struct cfg_opt redirector_tab[] = {
 	{ "shutdown_flush_ms", CFG_INT, "5000", 0, 50000, NULL, OFF(shutdown_flush_ms), 0,
 	  "at SIGTERM, wait this long for Kafka to take queued events; the rest are spooled "
 	  "(keep it ~10 s under the supervisor's stop timeout: compose 60 s, systemd 90 s)" },
+	{ "shutdown_drain_ms", CFG_INT, "30000", 0, 600000, NULL, OFF(shutdown_drain_ms), 0,
+	  "at SIGTERM, wait this long for requests waiting on a lookup or a create to be "
+	  "answered; past it the process spools or flushes its events and exits with status 1 "
+	  "without answering them (keep it and shutdown_flush_ms together under the "
+	  "supervisor's stop timeout)" },
 	{ "spool_max_bytes", CFG_INT, "1073741824", 65536, 1099511627776LL, NULL, OFF(spool_max_bytes), 0,
 	  "cap of the event spool; beyond it events are dropped (counted, logged at error)" },
 	{ "spool_fsync_ms", CFG_INT, "50", 1, 10000, NULL, OFF(spool_fsync_ms), 0,
@@ -181,6 +197,7 @@ static const struct cfg_prog redirector_prog = {
 
 struct app {
 	struct redirector_conf conf;
+	int abandoned;              /* serve left requests unanswered: free nothing */
 	struct pgpool *pg;
 	struct kv *kv;
 	struct bloom *bloom;
@@ -198,7 +215,7 @@ struct app {
 	struct metrics_family *requests;  /* by status */
 	struct metrics_series *latency;
 	struct metrics_series *_Atomic by_status[600]; /* requests series cache */
-	struct metrics_series *ev[10], *cache[4], *pool_size, *replay_stopped;
+	struct metrics_series *ev[10], *cache[4], *pool_size, *replay_stopped, *cold[2];
 };
 
 /* GET /metrics for addresses in metrics_allow; 404 (like any unknown path
@@ -407,6 +424,13 @@ collect(void *arg)
 	metrics_counter_set(app->cache[2], cs.load_errors);
 	metrics_set(app->cache[3], (double)cs.entries);
 	metrics_set(app->pool_size, app->pool != NULL ? (double)pool_size(app->pool) : -1);
+	if (app->redir != NULL) {
+		uint64_t pending, refused;
+
+		redirect_cold_stats(app->redir, &pending, &refused);
+		metrics_set(app->cold[0], (double)pending);
+		metrics_counter_set(app->cold[1], refused);
+	}
 }
 
 /* The registry behind GET /metrics; names are docs/operations.md's. */
@@ -448,6 +472,10 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		  "Codes left in the Redis pool at the last look (-1 unknown)." },
 		{ METRICS_GAUGE, "linkpulse_redirector_replay_stopped",
 		  "1 after the replay producer's fatal error: spooled events wait for a restart." },
+		{ METRICS_GAUGE, "linkpulse_redirector_cold_lookups_pending",
+		  "Lookups of codes not in the in-process cache waiting for or running on a cold-lookup thread now." },
+		{ METRICS_COUNTER, "linkpulse_redirector_cold_lookups_refused_total",
+		  "Requests answered 503 overloaded: cold_lookup_queue lookups were already waiting." },
 	};
 	struct metrics_series *out[sizeof(defs) / sizeof(defs[0])];
 	struct metrics_family *f;
@@ -482,6 +510,8 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 	memcpy(app->cache, out + 10, sizeof(app->cache));
 	app->pool_size = out[14];
 	app->replay_stopped = out[15];
+	app->cold[0] = out[16];
+	app->cold[1] = out[17];
 	return metrics_on_collect(app->metrics, collect, app);
 }
 
@@ -595,6 +625,8 @@ serve(struct app *app)
 	rc.cache_max_bytes = cf->cache_max_bytes;
 	rc.cache_ttl_ms = (int)cf->cache_ttl_ms;
 	rc.cache_negative_ttl_ms = (int)cf->cache_negative_ttl_ms;
+	rc.cold_lookup_threads = (int)cf->cold_lookup_threads;
+	rc.cold_lookup_queue = cf->cold_lookup_queue;
 	if ((app->redir = redirect_new(&rc, app->pg, app->kv, app->links, app->events, errstr,
 	    sizeof(errstr))) == NULL) {
 		log_fatalx("%s", errstr);
@@ -637,7 +669,10 @@ serve(struct app *app)
 	log_info("signal %d: draining", sig);
 	events_deadline(app->events, monotime_ms() + cf->shutdown_flush_ms);
 	http_quiesce(srv);
-	http_stop(srv);
+	/* Past shutdown_drain_ms no handler runs any more, but the server and
+	 * the requests still waiting stay as they are: their lookups or creates
+	 * use the cache, the pools and the links, so nothing is freed. */
+	app->abandoned = http_stop(srv, (int)cf->shutdown_drain_ms) < 0;
 	/* Nor a scrape of the metrics_port listener: its collect reads the
 	 * handles events_close destroys. */
 	metricsd_stop(app->metricsd);
@@ -645,6 +680,10 @@ serve(struct app *app)
 	/* No request runs any more: flush what Kafka has not taken yet. */
 	events_close(app->events);
 	app->events = NULL;
+	if (app->abandoned) {
+		log_warnx("stopped with requests unanswered");
+		return 1;
+	}
 	log_info("stopped");
 	return 0;
 }
@@ -704,6 +743,12 @@ main(int argc, char **argv)
 		rc = apikey_cmd(&app, argc - cmd_at - 1, argv + cmd_at + 1);
 	} else {
 		rc = serve(&app);
+	}
+	if (app.abandoned) {
+		/* Threads still use it all (see serve): no frees, and no exit
+		 * handlers running beside them. */
+		fflush(NULL);
+		_exit(rc);
 	}
 	app_free(&app);
 	curl_global_cleanup();

@@ -9,6 +9,7 @@
 #include "errstr.h"
 #include "log.h"
 #include "rfc3339.h"
+#include "workq.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@ struct redirect {
 	struct events *events;
 	struct clientip *trusted;
 	struct lcache *cache;
+	struct workq *cold;       /* lookups of codes the cache cannot answer */
 	struct MHD_Response *unknown, *not_yet, *gone; /* shared bodies */
 };
 
@@ -152,7 +154,9 @@ redirect_new(const struct redirect_conf *conf, struct pgpool *pg, struct kv *kv,
 	cc.free_aux = free_response;
 	cc.aux_bytes = 512;
 	if ((r->trusted = clientip_new(conf->trusted_proxies, errstr, errstr_size)) == NULL ||
-	    (r->cache = lcache_new(&cc, errstr, errstr_size)) == NULL) {
+	    (r->cache = lcache_new(&cc, errstr, errstr_size)) == NULL ||
+	    (r->cold = workq_new(conf->cold_lookup_threads, (size_t)conf->cold_lookup_queue,
+	    "lp-lookup", errstr, errstr_size)) == NULL) {
 		redirect_free(r);
 		return NULL;
 	}
@@ -172,6 +176,7 @@ redirect_free(struct redirect *r)
 {
 	if (r == NULL)
 		return;
+	workq_free(r->cold); /* before the cache its lookups use */
 	if (r->cache != NULL) {
 		struct lcache_stats st;
 
@@ -204,6 +209,16 @@ void
 redirect_cache_stats(struct redirect *r, struct lcache_stats *out)
 {
 	lcache_stats(r->cache, out);
+}
+
+void
+redirect_cold_stats(struct redirect *r, uint64_t *pending, uint64_t *refused)
+{
+	struct workq_stats st;
+
+	workq_stats(r->cold, &st);
+	*pending = st.queued + st.running;
+	*refused = st.refused;
 }
 
 static int64_t
@@ -358,37 +373,19 @@ link_status(struct lcache_entry *e, int64_t now_us)
 	return l->redirect_type;
 }
 
-enum MHD_Result
-redirect_handle(struct redirect *r, struct http_req *req)
+/* Answers with what e (referenced; NULL: not a code) says, publishes the
+ * visit event, and releases e. */
+static enum MHD_Result
+answer(struct redirect *r, struct http_req *req, const char *code, const char *query,
+       struct lcache_entry *e, int64_t now)
 {
-	char code[CODES_ALIAS_MAX + 1], errstr[256], ip[CLIENTIP_MAX], xff[2048];
+	char ip[CLIENTIP_MAX], xff[2048];
 	char *fwd = NULL;         /* the target with the query (forward_query) */
-	const char *query;
-	struct lcache_entry *e = NULL;
 	struct MHD_Response *resp;
 	struct events_visit v;
 	enum MHD_Result ret;
-	int64_t now = wall_us();
-	int status;
+	int status = e != NULL ? link_status(e, now) : 404;
 
-	if (!http_is_get(req))
-		return http_not_allowed(req, "GET, HEAD");
-	if (strcmp(req->path, "/") == 0 && req->query == NULL)
-		return http_json(req, 200, json_pack("{s:s, s:s}", "service", "linkpulse",
-		    "api", "/api/v1"));
-	if (!code_of(req, code, sizeof(code), &query))
-		return http_error(req, 404, "not_found", NULL, "no such short link");
-	/* What browsers and crawlers fetch by themselves (a browser showing a
-	 * 404 asks for its icon): never a code ('.' is in none), and not a
-	 * visit, so no orphan event. */
-	if (strcmp(code, "favicon.ico") == 0 || strcmp(code, "robots.txt") == 0)
-		return http_error(req, 404, "not_found", NULL, "no such short link");
-	if (codes_valid_alias(code) &&
-	    (e = lcache_get(r->cache, code, errstr, sizeof(errstr))) == NULL) {
-		log_warnx("redirect %s: %s", code, errstr);
-		return http_error(req, 503, "unavailable", NULL, "try again");
-	}
-	status = e != NULL ? link_status(e, now) : 404;
 	if (status == 404)
 		resp = e != NULL && e->rec.id != 0 ? r->not_yet : r->unknown;
 	else if (status == 410)
@@ -428,4 +425,115 @@ redirect_handle(struct redirect *r, struct http_req *req)
 	}
 	lcache_release(r->cache, e);
 	return ret;
+}
+
+static enum MHD_Result
+lookup_failed(struct http_req *req, const char *code, const char *errstr)
+{
+	log_warnx("redirect %s: %s", code, errstr);
+	return http_error(req, 503, "unavailable", NULL, "try again");
+}
+
+/* A lookup taken off the HTTP thread. */
+struct cold {
+	struct redirect *r;
+	struct http_deferred *deferred;
+	struct lcache_entry *e;  /* the result (referenced), NULL when it failed */
+	int refused;             /* not queued: the queue was full */
+	int64_t now;             /* the request's arrival (wall clock, µs) */
+	char errstr[256];
+	char code[CODES_ALIAS_MAX + 1];
+};
+
+/* On a cold-lookup thread: may wait on Redis, PostgreSQL or another
+ * request's load of the same code. c may be freed once http_resume ran. */
+static void
+cold_main(void *arg)
+{
+	struct cold *c = arg;
+
+	c->e = lcache_get(c->r->cache, c->code, c->errstr, sizeof(c->errstr));
+	http_resume(c->deferred);
+}
+
+/* On the connection's thread once the lookup is done (req NULL: the client
+ * went away). */
+static enum MHD_Result
+cold_resumed(void *arg, struct http_req *req)
+{
+	struct cold *c = arg;
+	char code[CODES_ALIAS_MAX + 1];
+	const char *query;
+	enum MHD_Result ret;
+
+	if (req == NULL) {
+		lcache_release(c->r->cache, c->e);
+		free(c);
+		return MHD_NO;
+	}
+	if (c->refused)
+		ret = http_error(req, 503, "overloaded", NULL,
+		    "too many lookups of uncached links are waiting; try again");
+	else if (c->e == NULL)
+		ret = lookup_failed(req, c->code, c->errstr);
+	else if (!code_of(req, code, sizeof(code), &query)) /* as before it was deferred */
+		ret = answer(c->r, req, c->code, NULL, c->e, c->now);
+	else
+		ret = answer(c->r, req, c->code, query, c->e, c->now);
+	free(c);
+	return ret;
+}
+
+/* Looks code up on a cold-lookup thread. Returns 0 with the request
+ * deferred (answered by cold_resumed), or -1 when it could not be (out of
+ * memory, or the server stopping): the caller looks it up itself. */
+static int
+defer_lookup(struct redirect *r, struct http_req *req, const char *code, int64_t now)
+{
+	struct cold *c = calloc(1, sizeof(*c));
+
+	if (c == NULL)
+		return -1;
+	c->r = r;
+	c->now = now;
+	snprintf(c->code, sizeof(c->code), "%s", code);
+	/* Suspended before a thread can finish the lookup and resume it. */
+	if ((c->deferred = http_defer(req, cold_resumed, c)) == NULL) {
+		free(c);
+		return -1;
+	}
+	if (workq_submit(r->cold, cold_main, c) < 0) {
+		c->refused = 1;
+		http_resume(c->deferred);
+	}
+	return 0;
+}
+
+enum MHD_Result
+redirect_handle(struct redirect *r, struct http_req *req)
+{
+	char code[CODES_ALIAS_MAX + 1], errstr[256];
+	const char *query;
+	struct lcache_entry *e = NULL;
+	int64_t now = wall_us();
+
+	if (!http_is_get(req))
+		return http_not_allowed(req, "GET, HEAD");
+	if (strcmp(req->path, "/") == 0 && req->query == NULL)
+		return http_json(req, 200, json_pack("{s:s, s:s}", "service", "linkpulse",
+		    "api", "/api/v1"));
+	if (!code_of(req, code, sizeof(code), &query))
+		return http_error(req, 404, "not_found", NULL, "no such short link");
+	/* What browsers and crawlers fetch by themselves (a browser showing a
+	 * 404 asks for its icon): never a code ('.' is in none), and not a
+	 * visit, so no orphan event. */
+	if (strcmp(code, "favicon.ico") == 0 || strcmp(code, "robots.txt") == 0)
+		return http_error(req, 404, "not_found", NULL, "no such short link");
+	if (codes_valid_alias(code) && (e = lcache_peek(r->cache, code)) == NULL) {
+		if (defer_lookup(r, req, code, now) == 0)
+			return MHD_YES;
+		if ((e = lcache_get(r->cache, code, errstr, sizeof(errstr))) == NULL)
+			return lookup_failed(req, code, errstr);
+	}
+	return answer(r, req, code, query, e, now);
 }

@@ -8,6 +8,7 @@ import datetime
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -747,3 +748,126 @@ def test_connections_per_ip_limit(procs, pg, redis, workdir):
     finally:
         for s in held:
             s.close()
+
+
+def metric(port, name):
+    """One unlabelled sample of the redirector's /metrics (it must be there)."""
+    r = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    assert r.status_code == 200, r.text[:300]
+    for line in r.text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == name:
+            return float(parts[1])
+    raise AssertionError(f"{name} is not on /metrics")
+
+
+def test_cold_lookups_leave_http_threads_free(procs, pg, redis, broker, workdir):
+    """Codes the in-process cache cannot answer are looked up on cold-lookup
+    threads while their connections wait suspended (README, Lookup). With
+    PostgreSQL stalled (url_link locked by another session), a cached link
+    still redirects at once on a redirector with two HTTP threads; lookups
+    past cold_lookup_threads + cold_lookup_queue get 503 "overloaded" at once
+    and publish nothing; once PostgreSQL answers, the waiting ones get their
+    404, each with its orphan event. (Before, each such lookup held an HTTP
+    thread: two of them stalled every connection those threads served.)"""
+    import psycopg2
+
+    red = start(procs, pg, redis, broker, workdir, {
+        "http_threads": 2, "cold_lookup_threads": 2, "cold_lookup_queue": 3,
+        "cache_ttl_ms": 600000}, "cold")
+    hot = red.create(url="https://example.com/hot")["code"]
+    assert red.get("/" + hot).status_code == 302  # cached from here on
+    unknown = [f"NoSuch{i:02d}x" for i in range(10)]
+    lock = psycopg2.connect(pg.dsn)
+    cur = lock.cursor()
+    cur.execute("LOCK TABLE url_link IN ACCESS EXCLUSIVE MODE")  # held until rollback
+    statuses = {}
+
+    def one(code):
+        c = http.client.HTTPConnection("127.0.0.1", red.port, timeout=60)
+        c.request("GET", "/" + code)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        statuses[code] = (r.status, json.loads(body)["error"]["code"] if body else None)
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in unknown]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.time() + 10
+        while len(statuses) < 5 and time.time() < deadline:
+            time.sleep(0.05)
+        # two running, three queued, five refused at once
+        assert sorted(statuses.values()) == [(503, "overloaded")] * 5, statuses
+        assert metric(red.port, "linkpulse_redirector_cold_lookups_pending") == 5
+        t0 = time.monotonic()
+        r = red.get("/" + hot)
+        took = time.monotonic() - t0
+        assert (r.status_code, r.headers["Location"]) == (302, "https://example.com/hot")
+        assert took < 1.0, f"a cached link took {took:.2f} s while lookups were stalled"
+        assert len(statuses) == 5, statuses  # the others still wait
+    finally:
+        lock.rollback()
+        lock.close()
+    for t in threads:
+        t.join(30)
+    got = sorted(statuses.values())
+    assert got == [(404, "not_found")] * 5 + [(503, "overloaded")] * 5, statuses
+    assert metric(red.port, "linkpulse_redirector_cold_lookups_pending") == 0
+    assert metric(red.port, "linkpulse_redirector_cold_lookups_refused_total") == 5
+    waited = sorted(c for c, s in statuses.items() if s[0] == 404)
+    evs = read_events(red.broker, 7, timeout=10,
+                      pred=lambda e: e["code"] in unknown or e["code"] == hot)
+    assert sorted(e["code"] for _, e in evs if e["code"] in unknown) == waited, evs
+    assert all(e["status"] == 404 for _, e in evs if e["code"] in unknown), evs
+
+
+def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
+    """SIGTERM while a cold lookup is stuck on PostgreSQL (url_link locked):
+    past shutdown_drain_ms the redirector flushes its events and exits with
+    status 1, the stuck request closed unanswered. (libmicrohttpd cannot stop
+    with a connection suspended: it aborted, and the events still in memory
+    were lost.)"""
+    import psycopg2
+
+    red = start(procs, pg, redis, broker, workdir, {"shutdown_drain_ms": 1500,
+                                                    "kafka_linger_ms": 1000}, "stuck")
+    red.proc.expect_failure = True
+    hot = red.create(url="https://example.com/stuckhot")["code"]
+    lock = psycopg2.connect(pg.dsn)
+    lock.cursor().execute("LOCK TABLE url_link IN ACCESS EXCLUSIVE MODE")
+    got = {}
+
+    def one():
+        c = http.client.HTTPConnection("127.0.0.1", red.port, timeout=30)
+        try:
+            c.request("GET", "/NoSuchStuck1")
+            got["r"] = c.getresponse().status
+        except (http.client.HTTPException, OSError) as e:
+            got["r"] = type(e).__name__
+
+    t = threading.Thread(target=one)
+    try:
+        assert red.get("/" + hot).status_code == 302  # cached at its create
+        t.start()
+        deadline = time.time() + 10
+        while metric(red.port, "linkpulse_redirector_cold_lookups_pending") < 1:
+            assert time.time() < deadline, "the lookup never started"
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        red.proc.send_signal(signal.SIGTERM)
+        rc = red.proc.proc.wait(20)
+        took = time.monotonic() - t0
+    finally:
+        lock.rollback()
+        lock.close()
+    t.join(10)
+    out = red.proc.output()
+    assert rc == 1 and 1.4 < took < 10, (rc, took, out[-2000:])
+    assert "1 requests still waiting after 1500 ms" in out, out[-2000:]
+    assert "panic" not in out and "stopped with requests unanswered" in out, out[-2000:]
+    assert got["r"] in ("RemoteDisconnected", "ConnectionResetError"), got
+    # the visit served before the signal was flushed at exit (linger 1 s)
+    evs = read_events(red.broker, 1, timeout=10, pred=lambda e: e["code"] == hot)
+    assert len(evs) == 1, evs

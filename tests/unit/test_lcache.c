@@ -345,6 +345,66 @@ test_unknown_codes_do_not_evict_links(void)
 	lcache_free(c);
 }
 
+/* lcache_peek never loads nor waits: NULL for a code not cached, one being
+ * loaded and one expired that nobody reloads yet; the entry when fresh, and
+ * the stale one while another caller reloads it. */
+static void
+test_peek_never_waits(void)
+{
+	struct timespec ts = { 0, 60 * 1000000 };
+	struct lcache_stats st;
+	struct getter g;
+	struct lcache_entry *e;
+	struct db d;
+	struct lcache *c;
+	pthread_t t;
+	char url[128];
+	int loads;
+
+	init_db(&d);
+	c = new_cache(&d, 50, 0);
+	CHECK(lcache_peek(c, "pk") == NULL && d.loads == 0, "a code not cached: peek loaded it");
+	d.block = 1;
+	memset(&g, 0, sizeof(g));
+	g.c = c;
+	g.code = "pk";
+	pthread_create(&t, NULL, get_main, &g);
+	wait_blocked(&d);
+	CHECK(lcache_peek(c, "pk") == NULL, "a code being loaded: peek returned an entry");
+	release(&d);
+	pthread_join(t, NULL);
+	e = lcache_peek(c, "pk");
+	CHECK(e != NULL && strcmp(e->rec.long_url, "https://example.com/pk/v1") == 0,
+	    "a fresh entry: peek gave %s", e ? e->rec.long_url : "NULL");
+	lcache_release(c, e);
+	nanosleep(&ts, NULL); /* past the 50 ms TTL */
+	loads = d.loads;
+	CHECK(lcache_peek(c, "pk") == NULL && d.loads == loads,
+	    "an expired entry nobody reloads: peek returned it or reloaded it");
+	d.version = 2;
+	d.block = 1;
+	memset(&g, 0, sizeof(g));
+	g.c = c;
+	g.code = "pk";
+	pthread_create(&t, NULL, get_main, &g); /* the refresh, held in the loader */
+	wait_blocked(&d);
+	e = lcache_peek(c, "pk");
+	CHECK(e != NULL && strcmp(e->rec.long_url, "https://example.com/pk/v1") == 0,
+	    "an expired entry being reloaded: peek gave %s, want the stale v1",
+	    e ? e->rec.long_url : "NULL");
+	lcache_release(c, e);
+	release(&d);
+	pthread_join(t, NULL);
+	CHECK(strcmp(g.url, "https://example.com/pk/v2") == 0, "the refreshing get gave %s", g.url);
+	get_now(c, "pk", url, sizeof(url));
+	CHECK(strcmp(url, "https://example.com/pk/v2") == 0, "after the refresh: %s", url);
+	lcache_stats(c, &st);
+	CHECK(st.hits == 3 && st.stale_served == 1, "hits %llu stale %llu, want 3 and 1 (peeks "
+	    "that return an entry count as hits, NULL ones count nothing)",
+	    (unsigned long long)st.hits, (unsigned long long)st.stale_served);
+	lcache_free(c);
+}
+
 int
 main(void)
 {
@@ -355,6 +415,7 @@ main(void)
 	test_refresh_keeps_uncounted_hits();
 	test_chains_are_short();
 	test_unknown_codes_do_not_evict_links();
+	test_peek_never_waits();
 	printf("test_lcache: %d passed, %d failed\n", unit_passed, unit_failed);
 	return unit_failed ? 1 : 0;
 }
