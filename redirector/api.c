@@ -345,8 +345,8 @@ one(struct api *a, struct http_req *req, const char *code, long long key)
 	return http_not_allowed(req, "GET, HEAD, PATCH, DELETE");
 }
 
-enum MHD_Result
-api_handle(struct api *a, struct http_req *req, const char *sub)
+static enum MHD_Result
+serve(struct api *a, struct http_req *req, const char *sub)
 {
 	const char *auth = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
 	char errstr[512];
@@ -385,4 +385,20 @@ api_handle(struct api *a, struct http_req *req, const char *sub)
 		return one(a, req, sub + 7, key);
 	return http_error(req, 404, "not_found", NULL, "no API endpoint %s /api/v1%s",
 	    req->method, sub);
+}
+
+/* On an offload thread (http_offload): the path is "/api/v1" + sub. */
+static enum MHD_Result
+serve_offloaded(void *ctx, struct http_req *req)
+{
+	return serve(ctx, req, req->path + 7);
+}
+
+enum MHD_Result
+api_handle(struct api *a, struct http_req *req, const char *sub)
+{
+	if (a->offload != NULL && (strcmp(req->method, "POST") != 0 ||
+	    (strcmp(sub, "/links") != 0 && strcmp(sub, "/links/bulk") != 0)))
+		return http_offload(req, a->offload, serve_offloaded, a);
+	return serve(a, req, sub);
 }

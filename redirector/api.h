@@ -18,9 +18,14 @@ struct api {
 	 * nobody. */
 	void (*changed)(void *ctx, const char *code);
 	void *changed_ctx;
+	/* Borrowed, or NULL (all on the HTTP threads): every call but the
+	 * creates (which suspend by themselves) runs on its threads, key check
+	 * included (http_offload). */
+	struct workq *offload;
 };
 
-/* Handles a request whose path starts with "/api/v1"; sub is the rest. */
+/* Handles a request whose path starts with "/api/v1"; sub is the rest
+ * (points into req->path). */
 enum MHD_Result api_handle(struct api *a, struct http_req *req, const char *sub);
 
 #endif

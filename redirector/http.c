@@ -5,6 +5,7 @@
 #include "errstr.h"
 #include "log.h"
 #include "monotime.h"
+#include "workq.h"
 
 #include <errno.h>
 #include <idn2.h>
@@ -48,6 +49,9 @@ struct reqstate {
 	double start;
 	http_resume_fn resume_fn;  /* set while an answer is deferred */
 	void *resume_arg;
+	int capturing;             /* an offloaded handler runs: queue() keeps its answer */
+	struct MHD_Response *captured; /* owned: that answer, sent once resumed */
+	unsigned captured_status;
 	struct MHD_Connection *conn;   /* its connection (for suspend/resume) */
 	struct http_server *server;
 	char rawuri[];  /* in the same allocation */
@@ -95,6 +99,8 @@ completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 		st->resume_fn(st->resume_arg, NULL);
 		atomic_fetch_sub(&st->server->deferred, 1);
 	}
+	if (st->captured != NULL)
+		MHD_destroy_response(st->captured);
 	free(st->body);
 	free(st);
 	*req_cls = NULL;
@@ -103,10 +109,21 @@ completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 static enum MHD_Result
 queue(struct http_req *req, unsigned status, struct MHD_Response *resp)
 {
+	struct reqstate *st = req->priv;
 	enum MHD_Result r;
 
 	if (resp == NULL)
 		return MHD_NO;
+	if (st != NULL && st->capturing) { /* on an offload thread: sent later */
+		if (st->captured != NULL) { /* as libmicrohttpd: the first answer stands */
+			MHD_destroy_response(resp);
+			return MHD_NO;
+		}
+		req->status = (int)status;
+		st->captured = resp;
+		st->captured_status = status;
+		return MHD_YES;
+	}
 	req->status = (int)status;
 	r = MHD_queue_response(req->conn, status, resp);
 	MHD_destroy_response(resp);
@@ -686,6 +703,76 @@ http_resume(struct http_deferred *d)
 
 	/* After this the connection's thread may answer and free st at once. */
 	MHD_resume_connection(st->conn);
+}
+
+/* A handler run off the HTTP thread (http_offload). */
+struct offload {
+	struct http_req req;     /* a copy: what it points to lives while suspended */
+	http_handler handler;
+	void *ctx;
+	struct http_deferred *deferred;
+	int refused;             /* not queued: the queue was full */
+};
+
+/* On a thread of the offload's queue. o may be freed once http_resume ran. */
+static void
+offload_main(void *arg)
+{
+	struct offload *o = arg;
+	struct reqstate *st = o->req.priv;
+
+	st->capturing = 1;
+	(void)o->handler(o->ctx, &o->req); /* MHD_NO: nothing captured, or what was stands */
+	st->capturing = 0;
+	http_resume(o->deferred);
+}
+
+/* On the connection's thread: sends what the handler answered (req NULL:
+ * the connection went away; st is still there, freed right after). */
+static enum MHD_Result
+offload_resumed(void *arg, struct http_req *req)
+{
+	struct offload *o = arg;
+	struct reqstate *st = o->req.priv;
+	struct MHD_Response *resp = st->captured;
+	int refused = o->refused;
+
+	st->captured = NULL;
+	free(o);
+	if (req == NULL) {
+		if (resp != NULL)
+			MHD_destroy_response(resp);
+		return MHD_NO;
+	}
+	if (refused)
+		return http_error(req, 503, "overloaded", NULL,
+		    "too many requests are waiting for the database; try again");
+	if (resp == NULL) /* the handler answered nothing: the connection closes */
+		return MHD_NO;
+	return queue(req, st->captured_status, resp);
+}
+
+enum MHD_Result
+http_offload(struct http_req *req, struct workq *q, http_handler handler, void *ctx)
+{
+	struct offload *o = calloc(1, sizeof(*o));
+
+	if (o == NULL)
+		return handler(ctx, req);
+	o->req = *req;
+	o->handler = handler;
+	o->ctx = ctx;
+	/* Suspended before a thread can run it and resume it; when the server
+	 * is stopping, run here. */
+	if ((o->deferred = http_defer(req, offload_resumed, o)) == NULL) {
+		free(o);
+		return handler(ctx, req);
+	}
+	if (workq_submit(q, offload_main, o) < 0) {
+		o->refused = 1;
+		http_resume(o->deferred);
+	}
+	return MHD_YES;
 }
 
 /* libmicrohttpd's panics are not survivable: its MHD_PANIC is marked as

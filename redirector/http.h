@@ -104,6 +104,18 @@ struct http_deferred;
 struct http_deferred *http_defer(struct http_req *req, http_resume_fn fn, void *arg);
 void http_resume(struct http_deferred *d);
 
+/* From a handler whose work waits on PostgreSQL or Redis: runs
+ * handler(ctx, copy of req) on a thread of q (workq.h) while the connection
+ * is suspended, and sends what it answered through the responders below once
+ * it returns (nothing answered: the connection closes). That handler reads
+ * the request as any handler does, but must neither defer (http_defer) nor
+ * queue a response by itself. With q full the request gets 503
+ * "overloaded" at once; with the server stopping (or out of memory) the
+ * handler runs here. Returns what a handler returns. */
+struct workq;
+enum MHD_Result http_offload(struct http_req *req, struct workq *q, http_handler handler,
+                             void *ctx);
+
 /* Request header value or NULL (libmicrohttpd owns it). */
 const char *http_header(struct http_req *req, const char *name);
 

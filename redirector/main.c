@@ -17,6 +17,7 @@
 #include "pgpool.h"
 #include "pool.h"
 #include "redirect.h"
+#include "workq.h"
 
 #include <curl/curl.h>
 #include <signal.h>
@@ -72,6 +73,8 @@ struct redirector_conf {
 	long long cache_negative_ttl_ms;
 	long long cold_lookup_threads;
 	long long cold_lookup_queue;
+	long long api_threads;
+	long long api_queue;
 	long long worker_id;
 	long long kafka_linger_ms;
 	long long kafka_queue_max_messages;
@@ -154,6 +157,12 @@ static const struct cfg_opt redirector_tab[] = {
 	  "most such lookups waiting for a thread; a request that finds it full gets 503 "
 	  "\"overloaded\" at once (while PostgreSQL is slow, a flood of made-up codes "
 	  "cannot hold every connection)" },
+	{ "api_threads", CFG_INT, "8", 1, 1024, NULL, OFF(api_threads), 0,
+	  "threads that run API calls other than creates (key check, get, list, resolve, "
+	  "edit, delete) while the connection waits suspended, so HTTP threads never wait on them" },
+	{ "api_queue", CFG_INT, "256", 1, 1000000, NULL, OFF(api_queue), 0,
+	  "most such calls waiting for a thread; a call that finds it full gets 503 "
+	  "\"overloaded\" at once" },
 	{ "worker_id", CFG_INT, "0", 0, 1023, NULL, OFF(worker_id), 0,
 	  "event id worker number: unique per redirector process sharing a topic" },
 	{ "kafka_linger_ms", CFG_INT, "200", 0, 60000, NULL, OFF(kafka_linger_ms), 0,
@@ -198,6 +207,7 @@ static const struct cfg_prog redirector_prog = {
 struct app {
 	struct redirector_conf conf;
 	int abandoned;              /* serve left requests unanswered: free nothing */
+	struct workq *api_q;        /* API calls off the HTTP threads */
 	struct pgpool *pg;
 	struct kv *kv;
 	struct bloom *bloom;
@@ -215,7 +225,7 @@ struct app {
 	struct metrics_family *requests;  /* by status */
 	struct metrics_series *latency;
 	struct metrics_series *_Atomic by_status[600]; /* requests series cache */
-	struct metrics_series *ev[10], *cache[4], *pool_size, *replay_stopped, *cold[2];
+	struct metrics_series *ev[10], *cache[4], *pool_size, *replay_stopped, *cold[2], *api_m[2];
 };
 
 /* GET /metrics for addresses in metrics_allow; 404 (like any unknown path
@@ -431,6 +441,13 @@ collect(void *arg)
 		metrics_set(app->cold[0], (double)pending);
 		metrics_counter_set(app->cold[1], refused);
 	}
+	if (app->api_q != NULL) {
+		struct workq_stats ws;
+
+		workq_stats(app->api_q, &ws);
+		metrics_set(app->api_m[0], (double)(ws.queued + ws.running));
+		metrics_counter_set(app->api_m[1], ws.refused);
+	}
 }
 
 /* The registry behind GET /metrics; names are docs/operations.md's. */
@@ -476,6 +493,10 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		  "Lookups of codes not in the in-process cache waiting for or running on a cold-lookup thread now." },
 		{ METRICS_COUNTER, "linkpulse_redirector_cold_lookups_refused_total",
 		  "Requests answered 503 overloaded: cold_lookup_queue lookups were already waiting." },
+		{ METRICS_GAUGE, "linkpulse_redirector_api_pending",
+		  "API calls other than creates waiting for or running on an API thread now." },
+		{ METRICS_COUNTER, "linkpulse_redirector_api_refused_total",
+		  "API calls answered 503 overloaded: api_queue calls were already waiting." },
 	};
 	struct metrics_series *out[sizeof(defs) / sizeof(defs[0])];
 	struct metrics_family *f;
@@ -512,6 +533,8 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 	app->replay_stopped = out[15];
 	app->cold[0] = out[16];
 	app->cold[1] = out[17];
+	app->api_m[0] = out[18];
+	app->api_m[1] = out[19];
 	return metrics_on_collect(app->metrics, collect, app);
 }
 
@@ -534,6 +557,7 @@ static void
 app_free(struct app *app)
 {
 	metricsd_stop(app->metricsd); /* first: a scrape reads what the rest frees */
+	workq_free(app->api_q);       /* its calls use the links and the pools */
 	redirect_free(app->redir);
 	events_close(app->events);
 	links_free(app->links);
@@ -636,6 +660,12 @@ serve(struct app *app)
 	app->api.pg = app->pg;
 	app->api.changed = changed;
 	app->api.changed_ctx = app;
+	if ((app->api_q = workq_new((int)cf->api_threads, (size_t)cf->api_queue, "lp-api", errstr,
+	    sizeof(errstr))) == NULL) {
+		log_fatalx("%s", errstr);
+		return 1;
+	}
+	app->api.offload = app->api_q;
 
 	if (pool_start(app->pool, errstr, sizeof(errstr)) < 0) {
 		log_fatalx("%s", errstr);

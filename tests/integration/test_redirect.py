@@ -871,3 +871,53 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
     # the visit served before the signal was flushed at exit (linger 1 s)
     evs = read_events(red.broker, 1, timeout=10, pred=lambda e: e["code"] == hot)
     assert len(evs) == 1, evs
+
+
+def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
+    """API calls other than creates run on api_threads while their connections
+    wait suspended (README, Server). With url_link locked, reads of a link on
+    a redirector with two HTTP threads wait while a cached link still
+    redirects at once; past api_threads + api_queue they get 503 "overloaded"
+    at once; once the lock goes the waiting ones get the link. (Before, each
+    held an HTTP thread: two of them stalled every connection.)"""
+    import psycopg2
+
+    red = start(procs, pg, redis, broker, workdir, {
+        "http_threads": 2, "api_threads": 1, "api_queue": 2, "cache_ttl_ms": 600000}, "apiq")
+    code = red.create(url="https://example.com/apiq")["code"]
+    assert red.get("/" + code).status_code == 302  # cached from here on
+    red.api("GET", "/links/" + code)  # the key is in the key cache
+    lock = psycopg2.connect(pg.dsn)
+    lock.cursor().execute("LOCK TABLE url_link IN ACCESS EXCLUSIVE MODE")
+    got = []
+
+    def one():
+        c = http.client.HTTPConnection("127.0.0.1", red.port, timeout=60)
+        c.request("GET", "/api/v1/links/" + code, headers={"Authorization": f"Bearer {red.key}"})
+        r = c.getresponse()
+        body = json.loads(r.read())
+        c.close()
+        got.append((r.status, body.get("code") or body["error"]["code"]))
+
+    threads = [threading.Thread(target=one) for _ in range(5)]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.time() + 10
+        while len(got) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        assert sorted(got) == [(503, "overloaded")] * 2, got
+        assert metric(red.port, "linkpulse_redirector_api_pending") == 3
+        t0 = time.monotonic()
+        r = red.get("/" + code)
+        took = time.monotonic() - t0
+        assert r.status_code == 302 and took < 1.0, (r.status_code, took)
+        assert len(got) == 2, got
+    finally:
+        lock.rollback()
+        lock.close()
+    for t in threads:
+        t.join(30)
+    assert sorted(got) == [(200, code)] * 3 + [(503, "overloaded")] * 2, got
+    assert metric(red.port, "linkpulse_redirector_api_pending") == 0
+    assert metric(red.port, "linkpulse_redirector_api_refused_total") == 2
