@@ -3,6 +3,7 @@
 #include "pgpool.h"
 
 #include "errstr.h"
+#include "log.h"
 #include "monotime.h"
 
 #include <errno.h>
@@ -196,6 +197,61 @@ pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
 {
 	return result_or_error(c, PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0),
 	    sqlstate, errstr, errstr_size);
+}
+
+PGresult *
+pgpool_exec_timeout(PGconn *c, const char *sql, int nparams, const char *const *params,
+                    int timeout_ms, char sqlstate[6], char *errstr, size_t errstr_size)
+{
+	long long deadline = monotime_ms() + timeout_ms, cancelled_at = 0;
+	PGresult *r, *last = NULL;
+
+	if (!PQsendQueryParams(c, sql, nparams, NULL, params, NULL, NULL, 0))
+		return result_or_error(c, NULL, sqlstate, errstr, errstr_size);
+	while (PQisBusy(c)) {
+		struct pollfd pfd = { PQsocket(c), POLLIN, 0 };
+		long long now = monotime_ms(), wait = (cancelled_at ? cancelled_at + 5000 : deadline) - now;
+
+		if (wait <= 0 && cancelled_at != 0)
+			break; /* not even the cancel answered: pgpool_put closes c */
+		if (wait <= 0) {
+			PGcancel *cn = PQgetCancel(c);
+			char buf[256];
+
+			/* a request on a new connection; the statement then ends
+			 * with 57014 query_canceled (or in time after all) */
+			if (cn == NULL || !PQcancel(cn, buf, sizeof(buf)))
+				log_warnx("PostgreSQL: could not cancel a statement past %d ms", timeout_ms);
+			PQfreeCancel(cn);
+			cancelled_at = now;
+			continue;
+		}
+		if (poll(&pfd, 1, (int)wait) < 0 && errno != EINTR)
+			break;
+		if (!PQconsumeInput(c))
+			break;
+	}
+	if (PQisBusy(c)) {
+		if (sqlstate != NULL)
+			snprintf(sqlstate, 6, "57014");
+		errstr_set(errstr, errstr_size, "PostgreSQL: no answer %d ms after the statement "
+		    "was sent, nor to its cancel", timeout_ms);
+		return NULL;
+	}
+	while ((r = PQgetResult(c)) != NULL) {
+		PQclear(last);
+		last = r;
+	}
+	if (cancelled_at != 0 && PQresultStatus(last) != PGRES_TUPLES_OK &&
+	    PQresultStatus(last) != PGRES_COMMAND_OK) {
+		PQclear(last);
+		if (sqlstate != NULL)
+			snprintf(sqlstate, 6, "57014");
+		errstr_set(errstr, errstr_size, "PostgreSQL: the statement took over %d ms "
+		    "(cancelled)", timeout_ms);
+		return NULL;
+	}
+	return result_or_error(c, last, sqlstate, errstr, errstr_size);
 }
 
 PGresult *

@@ -47,6 +47,14 @@ int pgpool_ping(struct pgpool *p, char *errstr, size_t errstr_size);
 PGresult *pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
                       char sqlstate[6], char *errstr, size_t errstr_size);
 
+/* As pgpool_exec, but the statement may run timeout_ms at most: past it,
+ * it is cancelled (PQcancel) and NULL returned with sqlstate 57014 and
+ * errstr saying so. A server that answers neither the statement nor its
+ * cancel within 5 s more leaves c busy: pgpool_put then closes it. */
+PGresult *pgpool_exec_timeout(PGconn *c, const char *sql, int nparams,
+                              const char *const *params, int timeout_ms, char sqlstate[6],
+                              char *errstr, size_t errstr_size);
+
 /* As pgpool_exec, for a statement run often: executes the prepared
  * statement name (one per distinct sql, the same on every connection),
  * preparing it on c first when c does not have it yet, so parsing and

@@ -127,13 +127,9 @@ create_one(struct api *a, struct http_req *req, long long key)
 	}
 	c->a = a;
 	c->body = body;
-	/* Suspended before the worker can finish it and resume it; not when the
-	 * server is stopping: then the create runs and answers on this thread. */
+	/* Suspended before the worker can finish it and resume it. */
 	c->deferred = http_defer(req, create_resumed, c);
-	c->pending = links_create_start(a->links, body, key, c->deferred ? create_done : NULL, c,
-	    &queued);
-	if (c->deferred == NULL)
-		return create_resumed(c, req);
+	c->pending = links_create_start(a->links, body, key, create_done, c, &queued);
 	if (!queued)
 		create_done(c);
 	return MHD_YES;
@@ -245,8 +241,8 @@ create_bulk(struct api *a, struct http_req *req, long long key)
 	c->a = a;
 	c->body = body;
 	c->key = key;
-	if (atomic_fetch_add(&bulk_threads, 1) < API_BULK_THREADS &&
-	    (c->deferred = http_defer(req, bulk_resumed, c)) != NULL) {
+	if (atomic_fetch_add(&bulk_threads, 1) < API_BULK_THREADS) {
+		c->deferred = http_defer(req, bulk_resumed, c);
 		if (pthread_create(&t, NULL, bulk_thread, c) == 0)
 			pthread_detach(t);
 		else  /* no thread: work here, answer once resumed */
@@ -397,6 +393,12 @@ serve_offloaded(void *ctx, struct http_req *req)
 enum MHD_Result
 api_handle(struct api *a, struct http_req *req, const char *sub)
 {
+	const char *auth = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
+
+	/* What is refused without PostgreSQL is refused here, before it could
+	 * take a place in the offload queue. */
+	if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0 || !apikey_shaped(auth + 7))
+		return serve(a, req, sub);
 	if (a->offload != NULL && (strcmp(req->method, "POST") != 0 ||
 	    (strcmp(sub, "/links") != 0 && strcmp(sub, "/links/bulk") != 0)))
 		return http_offload(req, a->offload, serve_offloaded, a);

@@ -127,6 +127,13 @@ apikey_list(PGconn *c, FILE *out, char *errstr, size_t errstr_size)
 	return 0;
 }
 
+int
+apikey_shaped(const char *key)
+{
+	return key != NULL && strlen(key) == 51 && strncmp(key, "lp_", 3) == 0 &&
+	    strspn(key + 3, "0123456789abcdef") == 48;
+}
+
 long long
 apikey_check(struct pgpool *pool, const char *key, char *errstr, size_t errstr_size)
 {
@@ -138,11 +145,9 @@ apikey_check(struct pgpool *pool, const char *key, char *errstr, size_t errstr_s
 	PGconn *c;
 	PGresult *r;
 
-	/* Not the shape apikey_create makes ("lp_" + 48 lower-case hex):
-	 * unknown without asking PostgreSQL, so that made-up keys cost no
-	 * query on an HTTP thread. */
-	if (key == NULL || strlen(key) != 51 || strncmp(key, "lp_", 3) != 0 ||
-	    strspn(key + 3, "0123456789abcdef") != 48 || sha256_hex(key, hash) < 0)
+	/* Not the shape apikey_create makes: unknown without asking
+	 * PostgreSQL, so that made-up keys cost no query on an HTTP thread. */
+	if (!apikey_shaped(key) || sha256_hex(key, hash) < 0)
 		return 0;
 	idx = (unsigned)strtoul((char[9]){ hash[0], hash[1], hash[2], hash[3], hash[4],
 	    hash[5], hash[6], hash[7], 0 }, NULL, 16) % CACHE_SLOTS;
@@ -157,8 +162,8 @@ apikey_check(struct pgpool *pool, const char *key, char *errstr, size_t errstr_s
 	if ((c = pgpool_get(pool, 2000, errstr, errstr_size)) == NULL)
 		return -1;
 	params[0] = hash;
-	r = pgpool_exec(c, "SELECT id FROM api_key WHERE key_hash = $1 AND revoke_time IS NULL",
-	    1, params, NULL, errstr, errstr_size);
+	r = pgpool_exec_timeout(c, "SELECT id FROM api_key WHERE key_hash = $1 AND revoke_time IS NULL",
+	    1, params, APIKEY_QUERY_TIMEOUT_MS, NULL, errstr, errstr_size);
 	pgpool_put(pool, c);
 	if (r == NULL)
 		return -1;

@@ -9,6 +9,9 @@
 #include <stddef.h>
 
 #define APIKEY_CACHE_TTL_MS 5000
+/* The key query's longest run (a cache miss; on an HTTP thread when the
+ * headers of a request with a body arrive): then -1. */
+#define APIKEY_QUERY_TIMEOUT_MS 5000
 
 /* Creates a key named name; writes the key ("lp_" + 48 hex) to key_out
  * (at least 64 bytes). It is shown once: only its hash is stored. */
@@ -21,6 +24,10 @@ int apikey_revoke(PGconn *c, const char *what, char *errstr, size_t errstr_size)
 
 /* Prints id, prefix, name, created, revoked for every key. */
 int apikey_list(PGconn *c, FILE *out, char *errstr, size_t errstr_size);
+
+/* 1 when key has the shape apikey_create makes ("lp_" + 48 lower-case
+ * hex), which apikey_check needs before it asks PostgreSQL. */
+int apikey_shaped(const char *key);
 
 /* Checks a presented key. Returns its id (> 0), 0 when unknown or revoked
  * (at once, without a query, when it is not "lp_" + 48 lower-case hex), -1

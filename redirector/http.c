@@ -21,6 +21,8 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+enum { CLOSED_NEW = 1, CLOSED_ALL = 2 };
+
 struct http_server {
 	struct MHD_Daemon *d;
 	http_handler handler;
@@ -30,8 +32,8 @@ struct http_server {
 	size_t max_body;
 	size_t max_header;
 	atomic_int deferred;  /* deferred requests not yet answered (or gone) */
-	atomic_int stopping;  /* http_stop began: no new deferrals */
-	atomic_int closed;    /* http_stop gave up on them: no handler runs again */
+	atomic_int stopping;  /* http_stop began: answers say "Connection: close" */
+	atomic_int closed;    /* CLOSED_NEW: only deferred answers run; CLOSED_ALL: none */
 	atomic_int in_handler; /* access_cb calls running now */
 };
 
@@ -125,6 +127,10 @@ queue(struct http_req *req, unsigned status, struct MHD_Response *resp)
 		return MHD_YES;
 	}
 	req->status = (int)status;
+	/* Draining: the client's next request goes to a new connection, which
+	 * another instance takes (this one no longer listens). */
+	if (st != NULL && atomic_load(&st->server->stopping))
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	r = MHD_queue_response(req->conn, status, resp);
 	MHD_destroy_response(resp);
 	return r;
@@ -570,15 +576,22 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
           void **req_cls)
 {
 	struct http_server *s = cls;
+	struct reqstate *st = *req_cls;
 	enum MHD_Result r;
+	int closed;
 
 	/* Counted before closed is read, as http_stop sets closed before it
 	 * reads the count: either it waits for this call or this call sees
-	 * closed and closes the connection (what the handlers use is being
-	 * freed, or the process exits). */
+	 * closed and closes the connection. Once the drain is over no new
+	 * request runs (so none is deferred), only the answers of those
+	 * deferred before; once they are given up on, nothing runs (what the
+	 * handlers use is being freed, or the process exits). */
 	atomic_fetch_add(&s->in_handler, 1);
-	r = atomic_load(&s->closed) ? MHD_NO :
-	    access_run(s, conn, url, method, version, upload_data, upload_data_size, req_cls);
+	closed = atomic_load(&s->closed);
+	if (closed == CLOSED_ALL || (closed == CLOSED_NEW && (st == NULL || st->resume_fn == NULL)))
+		r = MHD_NO;
+	else
+		r = access_run(s, conn, url, method, version, upload_data, upload_data_size, req_cls);
 	atomic_fetch_sub(&s->in_handler, 1);
 	return r;
 }
@@ -683,13 +696,9 @@ http_defer(struct http_req *req, http_resume_fn fn, void *arg)
 {
 	struct reqstate *st = req->priv;
 
-	/* Counted before stopping is read, as http_stop sets stopping before
-	 * it reads the count: either it waits for this one or we see it. */
+	/* Only from a handler, which runs only before http_stop closes the
+	 * server to new requests (access_cb): http_stop waits for this one. */
 	atomic_fetch_add(&st->server->deferred, 1);
-	if (atomic_load(&st->server->stopping)) {
-		atomic_fetch_sub(&st->server->deferred, 1);
-		return NULL;
-	}
 	st->resume_fn = fn;
 	st->resume_arg = arg;
 	MHD_suspend_connection(st->conn);
@@ -758,16 +767,12 @@ http_offload(struct http_req *req, struct workq *q, http_handler handler, void *
 	struct offload *o = calloc(1, sizeof(*o));
 
 	if (o == NULL)
-		return handler(ctx, req);
+		return http_error(req, 503, "unavailable", NULL, "out of memory; try again");
 	o->req = *req;
 	o->handler = handler;
 	o->ctx = ctx;
-	/* Suspended before a thread can run it and resume it; when the server
-	 * is stopping, run here. */
-	if ((o->deferred = http_defer(req, offload_resumed, o)) == NULL) {
-		free(o);
-		return handler(ctx, req);
-	}
+	/* Suspended before a thread can run it and resume it. */
+	o->deferred = http_defer(req, offload_resumed, o);
 	if (workq_submit(q, offload_main, o) < 0) {
 		o->refused = 1;
 		http_resume(o->deferred);
@@ -867,20 +872,36 @@ http_quiesce(struct http_server *s)
 int
 http_stop(struct http_server *s, int drain_ms)
 {
-	int64_t deadline = monotime_ms() + drain_ms;
+	long long deadline = monotime_ms() + drain_ms;
 
 	if (s == NULL)
 		return 0;
+	/* The drain: requests keep being served (their answers close their
+	 * connections), until the ones deferred, waiting on a lookup or a
+	 * create, are answered. Then new requests are refused (their
+	 * connections close) and those deferred meanwhile are answered. */
 	atomic_store(&s->stopping, 1);
-	/* Deferred requests are answered first (their workers still run):
-	 * libmicrohttpd must not stop with connections suspended (it panics:
-	 * "MHD_stop_daemon() called while we have suspended connections"). */
+	while (atomic_load(&s->deferred) > 0 && monotime_ms() < deadline)
+		usleep(1000);
+	atomic_store(&s->closed, CLOSED_NEW);
+	while (atomic_load(&s->deferred) > 0 && monotime_ms() < deadline)
+		usleep(1000);
+	/* A call that read closed before it was set may still run (and
+	 * defer): waited for, then the count is final. What runs on an HTTP
+	 * thread is bounded (key checks and lookups by their statement
+	 * timeouts, /readyz by its ping). */
+	while (atomic_load(&s->in_handler) > 0)
+		usleep(1000);
 	while (atomic_load(&s->deferred) > 0 && monotime_ms() < deadline)
 		usleep(1000);
 	if (atomic_load(&s->deferred) > 0) {
-		log_warnx("http: %d requests still waiting after %d ms (a lookup or create stuck "
-		    "on its database): exiting without them", atomic_load(&s->deferred), drain_ms);
-		atomic_store(&s->closed, 1);
+		/* libmicrohttpd must not stop with a connection suspended: it
+		 * panics ("MHD_stop_daemon() called while we have suspended
+		 * connections"). So no handler runs again, and the server stays. */
+		log_warnx("http: %d requests still waiting after %d ms (a lookup, API call or "
+		    "create stuck on its database): exiting without them",
+		    atomic_load(&s->deferred), drain_ms);
+		atomic_store(&s->closed, CLOSED_ALL);
 		while (atomic_load(&s->in_handler) > 0)
 			usleep(1000);
 		return -1;

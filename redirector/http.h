@@ -98,8 +98,8 @@ int http_stop(struct http_server *s, int drain_ms);
  * connection (no thread waits for it) and returns a token for http_resume;
  * the handler then returns MHD_YES without answering. Once http_resume(token)
  * ran, from any thread, fn(arg, req) answers on the connection's thread.
- * http_stop waits for every deferred request to be answered; once it began,
- * http_defer returns NULL and the handler must answer by itself. */
+ * http_stop waits for every deferred request to be answered (up to its
+ * drain_ms); no handler runs once it stops waiting, so none can defer. */
 struct http_deferred;
 struct http_deferred *http_defer(struct http_req *req, http_resume_fn fn, void *arg);
 void http_resume(struct http_deferred *d);
@@ -110,11 +110,12 @@ void http_resume(struct http_deferred *d);
  * it returns (nothing answered: the connection closes). That handler reads
  * the request as any handler does, but must neither defer (http_defer) nor
  * queue a response by itself. With q full the request gets 503
- * "overloaded" at once; with the server stopping (or out of memory) the
- * handler runs here. Returns what a handler returns. */
+ * "overloaded" at once (out of memory: "unavailable"). Returns what a
+ * handler returns. */
 struct workq;
 enum MHD_Result http_offload(struct http_req *req, struct workq *q, http_handler handler,
                              void *ctx);
+
 
 /* Request header value or NULL (libmicrohttpd owns it). */
 const char *http_header(struct http_req *req, const char *name);

@@ -372,6 +372,7 @@ lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 	struct lcache_entry *e;
 	struct lcache_rec rec;
 	int64_t now = now_ms();
+	struct lcache_waiter *w;
 	uint64_t gen0;
 	void *aux;
 	int rc;
@@ -438,13 +439,43 @@ lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 	} else {
 		fill(c, s, e, &rec, aux, rc, now);
 	}
+	w = e->waiters;
+	e->waiters = NULL;
+	for (struct lcache_waiter *x = w; x != NULL && rc >= 0; x = x->next)
+		atomic_fetch_add(&e->refs, 1); /* one for each waiter */
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->mtx);
+	while (w != NULL) {
+		struct lcache_waiter *next = w->next; /* w is the waiter's after fn */
+
+		w->fn(w->arg, rc < 0 ? NULL : e);
+		w = next;
+	}
 	if (rc < 0) {
 		put(c, e);
 		return NULL;
 	}
 	return e;
+}
+
+int
+lcache_wait(struct lcache *c, const char *code, struct lcache_waiter *w)
+{
+	uint32_t h = hash_code(code);
+	struct shard *s = shard_of(c, h);
+	struct lcache_entry *e;
+	int queued = 0;
+
+	pthread_mutex_lock(&s->mtx);
+	e = find(s, code, h);
+	if (e != NULL && e->loading) {
+		w->next = e->waiters;
+		e->waiters = w;
+		s->waits++;
+		queued = 1;
+	}
+	pthread_mutex_unlock(&s->mtx);
+	return queued;
 }
 
 void

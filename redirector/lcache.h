@@ -21,6 +21,18 @@ struct lcache_rec {
 	char *long_url;          /* malloc'd; the cache takes ownership */
 };
 
+struct lcache_entry;
+
+/* A caller waiting for a load under way without a thread (lcache_wait):
+ * the caller owns the node and keeps it until fn runs. fn(arg, e) runs once,
+ * on the loading thread with no lock held, with the loaded entry (a
+ * reference fn's caller must release) or NULL when the load failed. */
+struct lcache_waiter {
+	void (*fn)(void *arg, struct lcache_entry *e);
+	void *arg;
+	struct lcache_waiter *next;  /* private */
+};
+
 /* A cached entry. Callers read it between lcache_get and lcache_release and
  * never change it, except hits_local. */
 struct lcache_entry {
@@ -37,6 +49,7 @@ struct lcache_entry {
 	int refreshing;          /* expired, one thread reloading it */
 	int in_table;
 	int failed;              /* its load failed (waiters give up) */
+	struct lcache_waiter *waiters; /* lcache_wait's, told when the load ends */
 	atomic_int refs;
 	size_t bytes;
 	int64_t expires_ms;      /* monotonic */
@@ -85,6 +98,13 @@ void lcache_release(struct lcache *c, struct lcache_entry *e);
  * or wait for a load under way (nothing counted): the caller then calls
  * lcache_get where waiting costs nothing, off the HTTP threads. */
 struct lcache_entry *lcache_peek(struct lcache *c, const char *code);
+
+/* When code is being loaded (lcache_peek returned NULL for that reason),
+ * queues w to be told when that load ends and returns 1; else returns 0
+ * (not cached, cached, or expired: lcache_get's work) and w is not used. So
+ * a burst for one cold code holds one thread, the loading one, not one per
+ * request. */
+int lcache_wait(struct lcache *c, const char *code, struct lcache_waiter *w);
 
 /* Drops code from the cache: a request that starts after this returns
  * reloads it, even when a load or refresh begun before is still running

@@ -139,6 +139,7 @@ links_new(const struct links_conf *conf, struct pgpool *pg, struct kv *kv, struc
 	L->default_length = conf->default_length;
 	L->default_strategy = conf->default_strategy;
 	L->cache_ttl_s = conf->cache_ttl_s;
+	L->lookup_timeout_ms = conf->lookup_timeout_ms > 0 ? conf->lookup_timeout_ms : 5000;
 	if (pool != NULL && (L->batch = linkbatch_new(L, conf->batch_workers, LINKS_BATCH_MAX,
 	    errstr, errstr_size)) == NULL) {
 		links_free(L);
@@ -1002,10 +1003,9 @@ fetch(struct links *L, PGconn *c, const char *code, json_t **out, struct links_e
 {
 	char errstr[512];
 	const char *params[1] = { code };
-	PGresult *r = pgpool_exec(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.code = $1", 1,
-	    params, NULL, errstr, sizeof(errstr));
+	PGresult *r = pgpool_exec_timeout(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.code = $1",
+	    1, params, L->lookup_timeout_ms, NULL, errstr, sizeof(errstr));
 
-	(void)L;
 	if (r == NULL)
 		return links_db_fail(err, errstr);
 	if (PQntuples(r) == 0) {

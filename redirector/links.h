@@ -29,6 +29,7 @@ struct links_conf {
 	const char *seq_secret;   /* key of the sequence permutation */
 	int cache_ttl_s;          /* Redis link-record TTL */
 	int batch_workers;        /* threads running queued creates as batches, >= 1 */
+	int lookup_timeout_ms;    /* links_get's statement, at most (then 503) */
 };
 
 /* A failure to report to the API client. */
@@ -78,7 +79,8 @@ struct links_result {
 void links_create_bulk(struct links *L, json_t *items, long long key_id,
                        struct links_result *res);
 
-/* Link JSON for code (deleted links included, with "deleted": true). */
+/* Link JSON for code (deleted links included, with "deleted": true); a
+ * statement past lookup_timeout_ms is cancelled: 503 database_unavailable. */
 int links_get(struct links *L, const char *code, json_t **out, struct links_err *err);
 
 /* Applies a PATCH object; returns the updated link JSON. */

@@ -20,6 +20,7 @@ struct links {
 	enum links_strategy default_strategy;
 	struct codes_key seqkey;
 	int cache_ttl_s;
+	int lookup_timeout_ms;
 };
 
 /* Columns every link query returns, in this order (see links_row_json);

@@ -74,6 +74,7 @@ struct redirector_conf {
 	long long cold_lookup_threads;
 	long long cold_lookup_queue;
 	long long api_threads;
+	long long lookup_timeout_ms;
 	long long api_queue;
 	long long worker_id;
 	long long kafka_linger_ms;
@@ -157,6 +158,9 @@ static const struct cfg_opt redirector_tab[] = {
 	  "most such lookups waiting for a thread; a request that finds it full gets 503 "
 	  "\"overloaded\" at once (while PostgreSQL is slow, a flood of made-up codes "
 	  "cannot hold every connection)" },
+	{ "lookup_timeout_ms", CFG_INT, "5000", 100, 600000, NULL, OFF(lookup_timeout_ms), 0,
+	  "longest a link's lookup in PostgreSQL may run (a redirect's cold lookup, an API "
+	  "read); past it the statement is cancelled and the request gets 503" },
 	{ "api_threads", CFG_INT, "8", 1, 1024, NULL, OFF(api_threads), 0,
 	  "threads that run API calls other than creates (key check, get, list, resolve, "
 	  "edit, delete) while the connection waits suspended, so HTTP threads never wait on them" },
@@ -175,10 +179,10 @@ static const struct cfg_opt redirector_tab[] = {
 	  "at SIGTERM, wait this long for Kafka to take queued events; the rest are spooled "
 	  "(keep it ~10 s under the supervisor's stop timeout: compose 60 s, systemd 90 s)" },
 	{ "shutdown_drain_ms", CFG_INT, "30000", 0, 600000, NULL, OFF(shutdown_drain_ms), 0,
-	  "at SIGTERM, wait this long for requests waiting on a lookup or a create to be "
-	  "answered; past it the process spools or flushes its events and exits with status 1 "
-	  "without answering them (keep it and shutdown_flush_ms together under the "
-	  "supervisor's stop timeout)" },
+	  "at SIGTERM, wait this long for requests waiting on a lookup, an API call or a "
+	  "create to be answered; past it the process flushes or spools its events and exits "
+	  "with status 1 without answering them (shutdown_flush_ms counts from the signal too: "
+	  "keep the longer of the two ~10 s under the supervisor's stop timeout)" },
 	{ "spool_max_bytes", CFG_INT, "1073741824", 65536, 1099511627776LL, NULL, OFF(spool_max_bytes), 0,
 	  "cap of the event spool; beyond it events are dropped (counted, logged at error)" },
 	{ "spool_fsync_ms", CFG_INT, "50", 1, 10000, NULL, OFF(spool_fsync_ms), 0,
@@ -613,6 +617,7 @@ serve(struct app *app)
 	lc.seq_secret = cf->sequence_secret;
 	lc.cache_ttl_s = (int)cf->link_cache_ttl_s;
 	lc.batch_workers = (int)cf->create_batch_workers;
+	lc.lookup_timeout_ms = (int)cf->lookup_timeout_ms;
 	if ((app->bloom = bloom_new((uint64_t)cf->bloom_expected, (double)cf->bloom_fpr_ppm / 1e6,
 	    errstr, sizeof(errstr))) == NULL ||
 	    load_bloom(app, errstr, sizeof(errstr)) < 0 ||

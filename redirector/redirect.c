@@ -441,9 +441,22 @@ struct cold {
 	struct lcache_entry *e;  /* the result (referenced), NULL when it failed */
 	int refused;             /* not queued: the queue was full */
 	int64_t now;             /* the request's arrival (wall clock, µs) */
+	struct lcache_waiter waiter; /* waiting for another request's load */
 	char errstr[256];
 	char code[CODES_ALIAS_MAX + 1];
 };
+
+/* On the thread whose load of c->code ended (e referenced, or NULL). */
+static void
+cold_loaded(void *arg, struct lcache_entry *e)
+{
+	struct cold *c = arg;
+
+	c->e = e;
+	if (e == NULL)
+		errstr_set(c->errstr, sizeof(c->errstr), "the lookup of \"%s\" failed", c->code);
+	http_resume(c->deferred);
+}
 
 /* On a cold-lookup thread: may wait on Redis, PostgreSQL or another
  * request's load of the same code. c may be freed once http_resume ran. */
@@ -484,9 +497,9 @@ cold_resumed(void *arg, struct http_req *req)
 	return ret;
 }
 
-/* Looks code up on a cold-lookup thread. Returns 0 with the request
- * deferred (answered by cold_resumed), or -1 when it could not be (out of
- * memory, or the server stopping): the caller looks it up itself. */
+/* Looks code up on a cold-lookup thread, or waits for another request's
+ * load of it. Returns 0 with the request deferred (answered by
+ * cold_resumed), or -1 when out of memory. */
 static int
 defer_lookup(struct redirect *r, struct http_req *req, const char *code, int64_t now)
 {
@@ -498,10 +511,13 @@ defer_lookup(struct redirect *r, struct http_req *req, const char *code, int64_t
 	c->now = now;
 	snprintf(c->code, sizeof(c->code), "%s", code);
 	/* Suspended before a thread can finish the lookup and resume it. */
-	if ((c->deferred = http_defer(req, cold_resumed, c)) == NULL) {
-		free(c);
-		return -1;
-	}
+	c->deferred = http_defer(req, cold_resumed, c);
+	/* A code another request is loading: told when that load ends,
+	 * without a thread of its own. */
+	c->waiter.fn = cold_loaded;
+	c->waiter.arg = c;
+	if (lcache_wait(r->cache, code, &c->waiter))
+		return 0;
 	if (workq_submit(r->cold, cold_main, c) < 0) {
 		c->refused = 1;
 		http_resume(c->deferred);
@@ -512,7 +528,7 @@ defer_lookup(struct redirect *r, struct http_req *req, const char *code, int64_t
 enum MHD_Result
 redirect_handle(struct redirect *r, struct http_req *req)
 {
-	char code[CODES_ALIAS_MAX + 1], errstr[256];
+	char code[CODES_ALIAS_MAX + 1];
 	const char *query;
 	struct lcache_entry *e = NULL;
 	int64_t now = wall_us();
@@ -529,11 +545,8 @@ redirect_handle(struct redirect *r, struct http_req *req)
 	 * visit, so no orphan event. */
 	if (strcmp(code, "favicon.ico") == 0 || strcmp(code, "robots.txt") == 0)
 		return http_error(req, 404, "not_found", NULL, "no such short link");
-	if (codes_valid_alias(code) && (e = lcache_peek(r->cache, code)) == NULL) {
-		if (defer_lookup(r, req, code, now) == 0)
-			return MHD_YES;
-		if ((e = lcache_get(r->cache, code, errstr, sizeof(errstr))) == NULL)
-			return lookup_failed(req, code, errstr);
-	}
+	if (codes_valid_alias(code) && (e = lcache_peek(r->cache, code)) == NULL)
+		return defer_lookup(r, req, code, now) == 0 ? MHD_YES :
+		    http_error(req, 503, "unavailable", NULL, "out of memory; try again");
 	return answer(r, req, code, query, e, now);
 }

@@ -774,7 +774,7 @@ def test_cold_lookups_leave_http_threads_free(procs, pg, redis, broker, workdir)
 
     red = start(procs, pg, redis, broker, workdir, {
         "http_threads": 2, "cold_lookup_threads": 2, "cold_lookup_queue": 3,
-        "cache_ttl_ms": 600000}, "cold")
+        "cache_ttl_ms": 600000, "lookup_timeout_ms": 60000}, "cold")
     hot = red.create(url="https://example.com/hot")["code"]
     assert red.get("/" + hot).status_code == 302  # cached from here on
     unknown = [f"NoSuch{i:02d}x" for i in range(10)]
@@ -822,6 +822,41 @@ def test_cold_lookups_leave_http_threads_free(procs, pg, redis, broker, workdir)
     assert sorted(e["code"] for _, e in evs if e["code"] in unknown) == waited, evs
     assert all(e["status"] == 404 for _, e in evs if e["code"] in unknown), evs
 
+    # A burst for one code being loaded waits for that load without a
+    # thread or a queue place each: twenty requests, one lookup thread busy,
+    # none refused.
+    lock = psycopg2.connect(pg.dsn)
+    lock.cursor().execute("LOCK TABLE url_link IN ACCESS EXCLUSIVE MODE")
+    statuses.clear()
+    results = []
+
+    def one_of_burst():
+        c = http.client.HTTPConnection("127.0.0.1", red.port, timeout=60)
+        c.request("GET", "/NoSuchBurst")
+        r = c.getresponse()
+        results.append((r.status, json.loads(r.read())["error"]["code"]))
+        c.close()
+
+    burst = [threading.Thread(target=one_of_burst) for _ in range(20)]
+    try:
+        burst[0].start()
+        deadline = time.time() + 10
+        while metric(red.port, "linkpulse_redirector_cold_lookups_pending") < 1:
+            assert time.time() < deadline, "the burst's first lookup never started"
+            time.sleep(0.05)
+        for t in burst[1:]:
+            t.start()
+        time.sleep(1)
+        assert results == [], results
+        assert metric(red.port, "linkpulse_redirector_cold_lookups_pending") == 1
+    finally:
+        lock.rollback()
+        lock.close()
+    for t in burst:
+        t.join(30)
+    assert results == [(404, "not_found")] * 20, results
+    assert metric(red.port, "linkpulse_redirector_cold_lookups_refused_total") == 5
+
 
 def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
     """SIGTERM while a cold lookup is stuck on PostgreSQL (url_link locked):
@@ -832,7 +867,8 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
     import psycopg2
 
     red = start(procs, pg, redis, broker, workdir, {"shutdown_drain_ms": 1500,
-                                                    "kafka_linger_ms": 1000}, "stuck")
+                                                    "kafka_linger_ms": 1000,
+                                                    "lookup_timeout_ms": 60000}, "stuck")
     red.proc.expect_failure = True
     hot = red.create(url="https://example.com/stuckhot")["code"]
     lock = psycopg2.connect(pg.dsn)
@@ -848,8 +884,21 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
             got["r"] = type(e).__name__
 
     t = threading.Thread(target=one)
+    kept = [http.client.HTTPConnection("127.0.0.1", red.port, timeout=30) for _ in range(3)]
+    late = {}
+
+    def late_one(i, path):
+        try:
+            kept[i].request("GET", path, headers={"Authorization": f"Bearer {red.key}"})
+            late[path] = kept[i].getresponse().status
+        except (http.client.HTTPException, OSError) as e:
+            late[path] = type(e).__name__
+
     try:
         assert red.get("/" + hot).status_code == 302  # cached at its create
+        for c in kept:  # keep-alive connections, open before the signal
+            c.request("GET", "/" + hot)
+            assert c.getresponse().read() == b""
         t.start()
         deadline = time.time() + 10
         while metric(red.port, "linkpulse_redirector_cold_lookups_pending") < 1:
@@ -857,20 +906,45 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
             time.sleep(0.05)
         t0 = time.monotonic()
         red.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        # During the drain an open connection's requests are served: a
+        # cached link at once; an uncached code and an API call get stuck as
+        # the first did (they ran on the HTTP thread and held the stop up
+        # for good: it waited for them before giving up on the others)
+        kept[0].request("GET", "/" + hot)
+        r = kept[0].getresponse()
+        r.read()
+        assert r.status == 302
+        # answers made during the drain close their connection, so that the
+        # client's next request goes to another instance
+        kept[0].request("GET", "/healthz")
+        r = kept[0].getresponse()
+        r.read()
+        assert (r.status, r.getheader("Connection")) == (200, "close"), r.getheaders()
+        lates = [threading.Thread(target=late_one, args=(1, "/NoSuchStuck2")),
+                 threading.Thread(target=late_one, args=(2, "/api/v1/links/NoSuchStuck3"))]
+        for x in lates:
+            x.start()
         rc = red.proc.proc.wait(20)
         took = time.monotonic() - t0
+        for x in lates:
+            x.join(10)
     finally:
+        for c in kept:
+            c.close()
         lock.rollback()
         lock.close()
     t.join(10)
     out = red.proc.output()
     assert rc == 1 and 1.4 < took < 10, (rc, took, out[-2000:])
-    assert "1 requests still waiting after 1500 ms" in out, out[-2000:]
+    assert "3 requests still waiting after 1500 ms" in out, out[-2000:]
+    assert set(late.values()) <= {"RemoteDisconnected", "ConnectionResetError"}, late
     assert "panic" not in out and "stopped with requests unanswered" in out, out[-2000:]
     assert got["r"] in ("RemoteDisconnected", "ConnectionResetError"), got
-    # the visit served before the signal was flushed at exit (linger 1 s)
-    evs = read_events(red.broker, 1, timeout=10, pred=lambda e: e["code"] == hot)
-    assert len(evs) == 1, evs
+    # the visits served, four before the signal and one during the drain,
+    # were flushed at exit (linger 1 s)
+    evs = read_events(red.broker, 5, timeout=10, pred=lambda e: e["code"] == hot)
+    assert len(evs) == 5, evs
 
 
 def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
@@ -883,7 +957,8 @@ def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
     import psycopg2
 
     red = start(procs, pg, redis, broker, workdir, {
-        "http_threads": 2, "api_threads": 1, "api_queue": 2, "cache_ttl_ms": 600000}, "apiq")
+        "http_threads": 2, "api_threads": 1, "api_queue": 2, "cache_ttl_ms": 600000,
+        "lookup_timeout_ms": 60000}, "apiq")
     code = red.create(url="https://example.com/apiq")["code"]
     assert red.get("/" + code).status_code == 302  # cached from here on
     red.api("GET", "/links/" + code)  # the key is in the key cache
@@ -921,3 +996,39 @@ def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
     assert sorted(got) == [(200, code)] * 3 + [(503, "overloaded")] * 2, got
     assert metric(red.port, "linkpulse_redirector_api_pending") == 0
     assert metric(red.port, "linkpulse_redirector_api_refused_total") == 2
+
+
+def test_lookup_timeout(procs, pg, redis, broker, workdir):
+    """A lookup stuck in PostgreSQL (url_link locked by another session) is
+    cancelled after lookup_timeout_ms: the redirect gets 503 "unavailable"
+    with no event and the API read 503 "database_unavailable", both in about
+    that time, the pool's connection still usable; once the lock goes the
+    same code is found (a failed lookup is not remembered as unknown)."""
+    import psycopg2
+
+    red = start(procs, pg, redis, broker, workdir, {"lookup_timeout_ms": 700}, "lto")
+    code = red.create(url="https://example.com/lto")["code"]
+    red.redis.cli("DEL", f"lp:link:{code}")  # only PostgreSQL knows it
+    red.api("GET", "/links/" + code)  # the key is in the key cache
+    lock = psycopg2.connect(pg.dsn)
+    lock.cursor().execute("LOCK TABLE url_link IN ACCESS EXCLUSIVE MODE")
+    try:
+        for path, want in (("/NoSuchLto1", "unavailable"), ("/" + code, "unavailable"),
+                           ("/api/v1/links/" + code, "database_unavailable")):
+            t0 = time.monotonic()
+            r = red.s.get(red.base + path, headers={"Authorization": f"Bearer {red.key}"},
+                          timeout=30, allow_redirects=False)
+            took = time.monotonic() - t0
+            assert (r.status_code, r.json()["error"]["code"]) == (503, want), (path, r.text)
+            assert 0.6 < took < 3, (path, took)
+        assert "the statement took over 700 ms (cancelled)" in red.proc.output()
+    finally:
+        lock.rollback()
+        lock.close()
+    r = red.get("/" + code)
+    assert (r.status_code, r.headers["Location"]) == (302, "https://example.com/lto")
+    assert red.get("/NoSuchLto1").status_code == 404
+    evs = read_events(red.broker, 2, timeout=10,
+                      pred=lambda e: e["code"] in (code, "NoSuchLto1"))
+    assert sorted((e["code"], e["status"]) for _, e in evs) == sorted(
+        [(code, 302), ("NoSuchLto1", 404)]), evs

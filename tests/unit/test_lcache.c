@@ -405,6 +405,78 @@ test_peek_never_waits(void)
 	lcache_free(c);
 }
 
+/* lcache_wait: nothing to wait for when the code is not being loaded;
+ * during a load, every waiter is told once it ends, with the entry (one
+ * reference each) or NULL when it failed. */
+struct waited {
+	struct lcache_waiter w;
+	struct lcache_entry *e;
+	int calls;
+};
+
+static void
+waited_fn(void *arg, struct lcache_entry *e)
+{
+	struct waited *x = arg;
+
+	x->e = e;
+	x->calls++;
+}
+
+static void
+test_wait_for_a_load(void)
+{
+	struct waited x[3];
+	struct getter g;
+	struct db d;
+	struct lcache *c;
+	pthread_t t;
+	char url[128];
+
+	init_db(&d);
+	c = new_cache(&d, 60000, 0);
+	memset(x, 0, sizeof(x));
+	for (int i = 0; i < 3; i++) {
+		x[i].w.fn = waited_fn;
+		x[i].w.arg = &x[i];
+	}
+	CHECK(lcache_wait(c, "wt", &x[0].w) == 0, "waiting for a code nobody loads");
+	for (int round = 0; round < 2; round++) {
+		const char *code = round == 0 ? "wt" : "wf";
+
+		d.fail = round == 1;
+		d.block = 1;
+		memset(&g, 0, sizeof(g));
+		g.c = c;
+		g.code = code;
+		pthread_create(&t, NULL, get_main, &g);
+		wait_blocked(&d);
+		for (int i = 0; i < 3; i++) {
+			x[i].calls = 0;
+			x[i].e = NULL;
+			CHECK(lcache_wait(c, code, &x[i].w) == 1, "%s: waiter %d not queued", code, i);
+		}
+		CHECK(x[0].calls + x[1].calls + x[2].calls == 0, "%s: told before the load ended", code);
+		release(&d);
+		pthread_join(t, NULL);
+		for (int i = 0; i < 3; i++) {
+			CHECK(x[i].calls == 1, "%s: waiter %d told %d times", code, i, x[i].calls);
+			if (round == 0)
+				CHECK(x[i].e != NULL && strcmp(x[i].e->rec.long_url,
+				    "https://example.com/wt/v1") == 0, "waiter %d got %s", i,
+				    x[i].e ? x[i].e->rec.long_url : "NULL");
+			else
+				CHECK(x[i].e == NULL, "a failed load gave waiter %d an entry", i);
+			lcache_release(c, x[i].e);
+		}
+	}
+	d.fail = 0;
+	CHECK(lcache_wait(c, "wt", &x[0].w) == 0, "waiting for a cached code");
+	get_now(c, "wt", url, sizeof(url));
+	CHECK(strcmp(url, "https://example.com/wt/v1") == 0, "after the waiters released: %s", url);
+	lcache_free(c); /* ASan: every reference released */
+}
+
 int
 main(void)
 {
@@ -416,6 +488,7 @@ main(void)
 	test_chains_are_short();
 	test_unknown_codes_do_not_evict_links();
 	test_peek_never_waits();
+	test_wait_for_a_load();
 	printf("test_lcache: %d passed, %d failed\n", unit_passed, unit_failed);
 	return unit_failed ? 1 : 0;
 }
