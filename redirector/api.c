@@ -3,6 +3,7 @@
 #include "api.h"
 #include "apikey.h"
 #include "log.h"
+#include "workq.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -211,6 +212,16 @@ bulk_thread(void *arg)
 	return NULL;
 }
 
+/* On an API thread (bulk_threads all busy). */
+static void
+bulk_job(void *arg)
+{
+	struct bulk_ctx *c = arg;
+
+	bulk_work(c);
+	http_resume(c->deferred); /* c may be gone after this */
+}
+
 static enum MHD_Result
 create_bulk(struct api *a, struct http_req *req, long long key)
 {
@@ -250,6 +261,15 @@ create_bulk(struct api *a, struct http_req *req, long long key)
 		return MHD_YES;
 	}
 	atomic_fetch_sub(&bulk_threads, 1);
+	/* all those threads busy: on an API thread, else here */
+	if (a->offload != NULL) {
+		c->deferred = http_defer(req, bulk_resumed, c);
+		if (workq_submit(a->offload, bulk_job, c) == 0)
+			return MHD_YES;
+		bulk_work(c);
+		http_resume(c->deferred);
+		return MHD_YES;
+	}
 	bulk_work(c);
 	return bulk_resumed(c, req);
 }

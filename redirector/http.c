@@ -35,6 +35,8 @@ struct http_server {
 	atomic_int stopping;  /* http_stop began: answers say "Connection: close" */
 	atomic_int closed;    /* CLOSED_NEW: only deferred answers run; CLOSED_ALL: none */
 	atomic_int in_handler; /* access_cb calls running now */
+	atomic_int resuming;  /* http_resume calls inside MHD_resume_connection */
+	atomic_int active;    /* requests begun (URI seen) and not completed */
 };
 
 /* Per-request state, created by the URI log callback and freed when the
@@ -83,6 +85,7 @@ uri_logger(void *cls, const char *uri, struct MHD_Connection *conn)
 	st->start = http_now();
 	st->conn = conn;
 	st->server = cls;
+	atomic_fetch_add(&st->server->active, 1);
 	return st;
 }
 
@@ -103,6 +106,7 @@ completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	}
 	if (st->captured != NULL)
 		MHD_destroy_response(st->captured);
+	atomic_fetch_sub(&st->server->active, 1);
 	free(st->body);
 	free(st);
 	*req_cls = NULL;
@@ -569,6 +573,31 @@ static enum MHD_Result access_run(struct http_server *s, struct MHD_Connection *
                                   const char *upload_data, size_t *upload_data_size,
                                   void **req_cls);
 
+/* A request the stopping server takes no more: its body read and dropped,
+ * then 503 and the connection closed (no handler runs, so none defers). */
+static enum MHD_Result
+refuse_closing(struct MHD_Connection *conn, size_t *upload_data_size)
+{
+	static const char body[] = "{\"error\":{\"code\":\"unavailable\",\"message\":"
+	    "\"the server is stopping; try again\"}}";
+	struct MHD_Response *resp;
+	enum MHD_Result r;
+
+	if (*upload_data_size > 0) {
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	resp = MHD_create_response_from_buffer(sizeof(body) - 1, (void *)(uintptr_t)body,
+	    MHD_RESPMEM_PERSISTENT);
+	if (resp == NULL)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	r = MHD_queue_response(conn, 503, resp);
+	MHD_destroy_response(resp);
+	return r;
+}
+
 /* Every call libmicrohttpd makes for a request (headers, body, the end). */
 static enum MHD_Result
 access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -588,8 +617,10 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	 * handlers use is being freed, or the process exits). */
 	atomic_fetch_add(&s->in_handler, 1);
 	closed = atomic_load(&s->closed);
-	if (closed == CLOSED_ALL || (closed == CLOSED_NEW && (st == NULL || st->resume_fn == NULL)))
+	if (closed == CLOSED_ALL || st == NULL)
 		r = MHD_NO;
+	else if (closed == CLOSED_NEW && st->resume_fn == NULL)
+		r = refuse_closing(conn, upload_data_size);
 	else
 		r = access_run(s, conn, url, method, version, upload_data, upload_data_size, req_cls);
 	atomic_fetch_sub(&s->in_handler, 1);
@@ -709,9 +740,23 @@ void
 http_resume(struct http_deferred *d)
 {
 	struct reqstate *st = (struct reqstate *)(void *)d;
+	struct http_server *s = st->server;
 
-	/* After this the connection's thread may answer and free st at once. */
+	/* After MHD_resume_connection's lock the connection's thread may answer
+	 * and free st at once, while this thread still wakes the worker (a
+	 * write to its event fd): http_stop waits for that before it stops the
+	 * daemon, which closes the fd. */
+	atomic_fetch_add(&s->resuming, 1);
 	MHD_resume_connection(st->conn);
+	atomic_fetch_sub(&s->resuming, 1);
+}
+
+int
+http_draining(const struct http_req *req)
+{
+	const struct reqstate *st = req->priv;
+
+	return st != NULL && atomic_load(&st->server->stopping);
 }
 
 /* A handler run off the HTTP thread (http_offload). */
@@ -869,43 +914,51 @@ http_quiesce(struct http_server *s)
 		    "until the end of the drain");
 }
 
+/* Waits until *v is 0 or the monotonic clock passes deadline; 1 when 0. */
+static int
+wait_zero(atomic_int *v, long long deadline)
+{
+	while (atomic_load(v) > 0 && monotime_ms() < deadline)
+		usleep(1000);
+	return atomic_load(v) == 0;
+}
+
 int
 http_stop(struct http_server *s, int drain_ms)
 {
-	long long deadline = monotime_ms() + drain_ms;
+	long long t0 = monotime_ms(), deadline = t0 + drain_ms;
 
 	if (s == NULL)
 		return 0;
-	/* The drain: requests keep being served (their answers close their
-	 * connections), until the ones deferred, waiting on a lookup or a
-	 * create, are answered. Then new requests are refused (their
-	 * connections close) and those deferred meanwhile are answered. */
+	/* Phase 1 (at most half the drain): requests keep being served, each
+	 * answer closing its connection, until the deferred ones (waiting on
+	 * a lookup, an API call or a create) are answered. */
 	atomic_store(&s->stopping, 1);
-	while (atomic_load(&s->deferred) > 0 && monotime_ms() < deadline)
-		usleep(1000);
+	wait_zero(&s->deferred, t0 + drain_ms / 2);
+	/* Phase 2: new requests get 503 and their connections close (no
+	 * handler runs, so none defers); those deferred are answered. A call
+	 * that read closed before it was set may still run and defer: waited
+	 * for (bounded by the deadline: a create stuck in the database holds
+	 * its HTTP thread), then the count only falls. */
 	atomic_store(&s->closed, CLOSED_NEW);
-	while (atomic_load(&s->deferred) > 0 && monotime_ms() < deadline)
-		usleep(1000);
-	/* A call that read closed before it was set may still run (and
-	 * defer): waited for, then the count is final. What runs on an HTTP
-	 * thread is bounded (key checks and lookups by their statement
-	 * timeouts, /readyz by its ping). */
-	while (atomic_load(&s->in_handler) > 0)
-		usleep(1000);
-	while (atomic_load(&s->deferred) > 0 && monotime_ms() < deadline)
-		usleep(1000);
-	if (atomic_load(&s->deferred) > 0) {
+	if (!wait_zero(&s->in_handler, deadline) || !wait_zero(&s->deferred, deadline)) {
 		/* libmicrohttpd must not stop with a connection suspended: it
 		 * panics ("MHD_stop_daemon() called while we have suspended
-		 * connections"). So no handler runs again, and the server stays. */
+		 * connections"). So no handler runs again, and the server stays.
+		 * A handler still running is one stuck in the database (an API
+		 * call): it touches no visit event. */
 		log_warnx("http: %d requests still waiting after %d ms (a lookup, API call or "
 		    "create stuck on its database): exiting without them",
-		    atomic_load(&s->deferred), drain_ms);
+		    atomic_load(&s->deferred) + atomic_load(&s->in_handler), drain_ms);
 		atomic_store(&s->closed, CLOSED_ALL);
-		while (atomic_load(&s->in_handler) > 0)
-			usleep(1000);
+		wait_zero(&s->in_handler, monotime_ms() + 1000);
 		return -1;
 	}
+	/* The answers queued are sent (the stop closes connections without
+	 * flushing), and the resumers are out of libmicrohttpd. */
+	wait_zero(&s->active, monotime_ms() + 2000);
+	while (atomic_load(&s->resuming) > 0)
+		usleep(1000);
 	MHD_stop_daemon(s->d);
 	free(s);
 	return 0;

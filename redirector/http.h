@@ -86,12 +86,17 @@ struct http_server *http_start(const struct http_conf *conf, http_handler handle
 /* Stops accepting new connections (the listening socket closes) without
  * waiting; connections already open are served until http_stop. */
 void http_quiesce(struct http_server *s);
-/* Waits up to drain_ms for the deferred requests to be answered, then
- * stops and frees: returns 0. When some are still waiting past drain_ms (a
- * lookup or create stuck on its database), returns -1 and leaves the server
- * running, its threads and memory untouched (libmicrohttpd cannot stop with
- * connections suspended, and the jobs holding them will still resume
- * them): the caller then exits without freeing what those jobs use. */
+/* Drains, then stops and frees: returns 0. For up to half of drain_ms,
+ * requests are served as before but every answer made by the responders
+ * below closes its connection (http_draining), until the deferred requests
+ * are answered; then new requests get 503 "unavailable" with their
+ * connections closed while the deferred ones are answered, up to drain_ms
+ * in all. When some are still waiting then (a lookup, API call or create
+ * stuck on its database), returns -1 and leaves the server running, no
+ * handler running again, its threads and memory untouched (libmicrohttpd
+ * cannot stop with connections suspended, and the jobs holding them will
+ * still resume them): the caller then exits without freeing what those
+ * jobs use. */
 int http_stop(struct http_server *s, int drain_ms);
 
 /* From a handler that cannot answer without waiting: suspends the
@@ -116,6 +121,11 @@ struct workq;
 enum MHD_Result http_offload(struct http_req *req, struct workq *q, http_handler handler,
                              void *ctx);
 
+/* 1 once http_stop began: the answers of the responders below then close
+ * their connections; a handler answering with a shared prepared response
+ * should answer with a fresh one instead (the header cannot be added to a
+ * shared one). */
+int http_draining(const struct http_req *req);
 
 /* Request header value or NULL (libmicrohttpd owns it). */
 const char *http_header(struct http_req *req, const char *name);

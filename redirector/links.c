@@ -9,6 +9,7 @@
 #include "log.h"
 #include "pool.h"
 #include "rfc3339.h"
+#include "workq.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -785,10 +786,29 @@ links_length_of(const struct links *L, const struct fields *f)
 }
 
 struct links_pending {
+	struct links *L;
 	struct fields f;
 	struct linkbatch_item it;  /* its rc, out (owned until taken), created
 	                            * and err are the result, queued or not */
 };
+
+void
+links_set_offload(struct links *L, struct workq *q)
+{
+	L->offload = q;
+}
+
+/* On a thread of L->offload: a create the batches do not take. p may be
+ * freed once done ran. */
+static void
+create_job(void *arg)
+{
+	struct links_pending *p = arg;
+
+	p->it.rc = links_create_fields(p->L, &p->f, p->it.key_id, &p->it.out, &p->it.created,
+	    &p->it.err);
+	p->it.done(p->it.done_arg);
+}
 
 struct links_pending *
 links_create_start(struct links *L, json_t *req, long long key_id, void (*done)(void *arg),
@@ -806,6 +826,15 @@ links_create_start(struct links *L, json_t *req, long long key_id, void (*done)(
 	if (!p->f.has_redirect)
 		snprintf(p->f.redirect_type, sizeof(p->f.redirect_type), "302");
 	if (L->batch == NULL || !linkbatch_eligible(L, &p->f)) {
+		p->L = L;
+		p->it.key_id = key_id;
+		p->it.done = done;
+		p->it.done_arg = arg;
+		if (done != NULL && L->offload != NULL &&
+		    workq_submit(L->offload, create_job, p) == 0) {
+			*queued = 1;
+			return p;
+		}
 		p->it.rc = links_create_fields(L, &p->f, key_id, &p->it.out, &p->it.created,
 		    &p->it.err);
 		return p;

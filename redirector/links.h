@@ -47,15 +47,23 @@ struct links *links_new(const struct links_conf *conf, struct pgpool *pg, struct
                         struct bloom *bloom, struct pool *pool, char *errstr, size_t errstr_size);
 void links_free(struct links *L);
 
+/* q (borrowed, or NULL): where links_create_start runs a create that the
+ * batch workers do not take (an alias, the hash or sequence strategy, a
+ * length other than the default) when it has a done callback, instead of on
+ * the caller's thread (an HTTP thread). */
+struct workq;
+void links_set_offload(struct links *L, struct workq *q);
+
 /* A create that may wait for a batch worker without holding a thread. */
 struct links_pending;
 
 /* Creates a link from a JSON request object (borrowed until
  * links_pending_free). Returns NULL when out of memory, else a pending
  * create (caller frees with links_pending_free once its result is taken) and
- * sets *queued: 1 when a batch worker runs it and then calls done(arg) from
- * its thread, 0 when its result is ready now (done is not called). With done
- * NULL it never queues: a batched create is waited for here. */
+ * sets *queued: 1 when a batch worker (or a thread of links_set_offload's
+ * queue) runs it and then calls done(arg) from its thread, 0 when its result
+ * is ready now (done is not called). With done NULL it never queues: a
+ * batched create is waited for here. */
 struct links_pending *links_create_start(struct links *L, json_t *req, long long key_id,
                                          void (*done)(void *arg), void *arg, int *queued);
 /* The result of a finished create: 0 with *out the link JSON (caller owns;

@@ -21,6 +21,7 @@ struct links {
 	struct codes_key seqkey;
 	int cache_ttl_s;
 	int lookup_timeout_ms;
+	struct workq *offload;  /* borrowed: creates the batches cannot take; or NULL */
 };
 
 /* Columns every link query returns, in this order (see links_row_json);

@@ -159,11 +159,12 @@ static const struct cfg_opt redirector_tab[] = {
 	  "\"overloaded\" at once (while PostgreSQL is slow, a flood of made-up codes "
 	  "cannot hold every connection)" },
 	{ "lookup_timeout_ms", CFG_INT, "5000", 100, 600000, NULL, OFF(lookup_timeout_ms), 0,
-	  "longest a link's lookup in PostgreSQL may run (a redirect's cold lookup, an API "
-	  "read); past it the statement is cancelled and the request gets 503" },
+	  "longest a link's lookup statement in PostgreSQL may run (a redirect's cold lookup, "
+	  "GET /api/v1/links/{code}); past it the statement is cancelled and the request gets 503" },
 	{ "api_threads", CFG_INT, "8", 1, 1024, NULL, OFF(api_threads), 0,
-	  "threads that run API calls other than creates (key check, get, list, resolve, "
-	  "edit, delete) while the connection waits suspended, so HTTP threads never wait on them" },
+	  "threads that run API calls other than creates (their key check, get, list, resolve, "
+	  "edit, delete) and the creates the batch workers do not take (alias, hash, sequence, "
+	  "other lengths) while the connection waits suspended" },
 	{ "api_queue", CFG_INT, "256", 1, 1000000, NULL, OFF(api_queue), 0,
 	  "most such calls waiting for a thread; a call that finds it full gets 503 "
 	  "\"overloaded\" at once" },
@@ -671,6 +672,7 @@ serve(struct app *app)
 		return 1;
 	}
 	app->api.offload = app->api_q;
+	links_set_offload(app->links, app->api_q);
 
 	if (pool_start(app->pool, errstr, sizeof(errstr)) < 0) {
 		log_fatalx("%s", errstr);

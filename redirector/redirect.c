@@ -396,7 +396,14 @@ answer(struct redirect *r, struct http_req *req, const char *code, const char *q
 	else
 		resp = e->aux;
 	req->status = status;
-	if (resp != NULL)
+	if (resp != NULL && http_draining(req)) /* fresh answers: they close the connection */
+		ret = resp == r->unknown ? http_error(req, 404, "not_found", NULL, "no such short link") :
+		    resp == r->not_yet ? http_error(req, 404, "not_yet_valid", NULL,
+		    "this link is not active yet") :
+		    resp == r->gone ? http_error(req, 410, "gone", NULL,
+		    "this link is no longer available") :
+		    http_redirect(req, (unsigned)status, e->rec.long_url);
+	else if (resp != NULL)
 		ret = MHD_queue_response(req->conn, (unsigned)status, resp);
 	else
 		ret = http_redirect(req, (unsigned)status, fwd != NULL ? fwd : e->rec.long_url);

@@ -884,7 +884,7 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
             got["r"] = type(e).__name__
 
     t = threading.Thread(target=one)
-    kept = [http.client.HTTPConnection("127.0.0.1", red.port, timeout=30) for _ in range(3)]
+    kept = [http.client.HTTPConnection("127.0.0.1", red.port, timeout=30) for _ in range(4)]
     late = {}
 
     def late_one(i, path):
@@ -907,24 +907,26 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
         t0 = time.monotonic()
         red.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
-        # During the drain an open connection's requests are served: a
-        # cached link at once; an uncached code and an API call get stuck as
-        # the first did (they ran on the HTTP thread and held the stop up
-        # for good: it waited for them before giving up on the others)
+        # In the drain's first half an open connection's requests are
+        # served, each answer closing its connection (the client's next
+        # request goes to another instance): a cached link at once; an
+        # uncached code and an API call get stuck as the first did (they ran
+        # on the HTTP thread and held the stop up for good)
         kept[0].request("GET", "/" + hot)
         r = kept[0].getresponse()
         r.read()
-        assert r.status == 302
-        # answers made during the drain close their connection, so that the
-        # client's next request goes to another instance
-        kept[0].request("GET", "/healthz")
-        r = kept[0].getresponse()
-        r.read()
-        assert (r.status, r.getheader("Connection")) == (200, "close"), r.getheaders()
+        assert (r.status, r.getheader("Connection")) == (302, "close"), r.getheaders()
         lates = [threading.Thread(target=late_one, args=(1, "/NoSuchStuck2")),
                  threading.Thread(target=late_one, args=(2, "/api/v1/links/NoSuchStuck3"))]
         for x in lates:
             x.start()
+        # in its second half (past 750 ms) new requests get 503 at once
+        time.sleep(t0 + 1.0 - time.monotonic())
+        kept[3].request("GET", "/" + hot)
+        r = kept[3].getresponse()
+        body = json.loads(r.read())
+        assert (r.status, body["error"]["code"], r.getheader("Connection")) == (
+            503, "unavailable", "close"), (r.status, body, r.getheaders())
         rc = red.proc.proc.wait(20)
         took = time.monotonic() - t0
         for x in lates:
@@ -941,10 +943,10 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
     assert set(late.values()) <= {"RemoteDisconnected", "ConnectionResetError"}, late
     assert "panic" not in out and "stopped with requests unanswered" in out, out[-2000:]
     assert got["r"] in ("RemoteDisconnected", "ConnectionResetError"), got
-    # the visits served, four before the signal and one during the drain,
+    # the visits served, five before the signal and one during the drain,
     # were flushed at exit (linger 1 s)
-    evs = read_events(red.broker, 5, timeout=10, pred=lambda e: e["code"] == hot)
-    assert len(evs) == 5, evs
+    evs = read_events(red.broker, 6, timeout=10, pred=lambda e: e["code"] == hot)
+    assert len(evs) == 6, evs
 
 
 def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
@@ -996,6 +998,44 @@ def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
     assert sorted(got) == [(200, code)] * 3 + [(503, "overloaded")] * 2, got
     assert metric(red.port, "linkpulse_redirector_api_pending") == 0
     assert metric(red.port, "linkpulse_redirector_api_refused_total") == 2
+
+    # Creates the batch workers do not take (an alias, the hash strategy)
+    # wait on an API thread too: two of them, the lock held, and a cached
+    # link still redirects at once on the two HTTP threads.
+    lock = psycopg2.connect(pg.dsn)
+    lock.cursor().execute("LOCK TABLE url_link IN ACCESS EXCLUSIVE MODE")
+    created = []
+
+    def create(body):
+        c = http.client.HTTPConnection("127.0.0.1", red.port, timeout=60)
+        c.request("POST", "/api/v1/links", body=json.dumps(body),
+                  headers={"Authorization": f"Bearer {red.key}"})
+        r = c.getresponse()
+        created.append((r.status, json.loads(r.read()).get("long_url")))
+        c.close()
+
+    makers = [threading.Thread(target=create, args=(b,)) for b in (
+        {"url": "https://example.com/apiq-alias", "alias": "apiqAlias1"},
+        {"url": "https://example.com/apiq-hash", "strategy": "hash", "dedupe": False})]
+    try:
+        for t in makers:
+            t.start()
+        deadline = time.time() + 10
+        while metric(red.port, "linkpulse_redirector_api_pending") < 2:
+            assert time.time() < deadline and not created, created
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        r = red.get("/" + code)
+        took = time.monotonic() - t0
+        assert r.status_code == 302 and took < 1.0, (r.status_code, took)
+        assert created == [], created
+    finally:
+        lock.rollback()
+        lock.close()
+    for t in makers:
+        t.join(30)
+    assert sorted(created) == [(201, "https://example.com/apiq-alias"),
+                               (201, "https://example.com/apiq-hash")], created
 
 
 def test_lookup_timeout(procs, pg, redis, broker, workdir):
