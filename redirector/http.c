@@ -23,6 +23,16 @@
 
 enum { CLOSED_NEW = 1, CLOSED_ALL = 2 };
 
+#define HANDLER_SLOTS 512 /* at least http_threads' bound: shared past it */
+
+struct handler_slot {
+	atomic_int n;       /* access_cb calls running */
+	atomic_int active;  /* requests begun (URI seen) and not completed */
+} __attribute__((aligned(64)));
+
+static atomic_int slots_taken;
+static _Thread_local int my_slot = -1;
+
 struct http_server {
 	struct MHD_Daemon *d;
 	http_handler handler;
@@ -34,10 +44,54 @@ struct http_server {
 	atomic_int deferred;  /* deferred requests not yet answered (or gone) */
 	atomic_int stopping;  /* http_stop began: answers say "Connection: close" */
 	atomic_int closed;    /* CLOSED_NEW: only deferred answers run; CLOSED_ALL: none */
-	atomic_int in_handler; /* access_cb calls running now */
+	/* access_cb calls running now, one counter per HTTP thread on a cache
+	 * line of its own (their sum is the count; one shared counter cost
+	 * two contended atomic updates per call) */
+	struct handler_slot *in_handler;
 	atomic_int resuming;  /* http_resume calls inside MHD_resume_connection */
-	atomic_int active;    /* requests begun (URI seen) and not completed */
 };
+
+/* This thread's slot (libmicrohttpd calls a connection's callbacks on
+ * its worker's thread). */
+static struct handler_slot *
+my_handler_slot(struct http_server *s)
+{
+	if (my_slot < 0)
+		my_slot = atomic_fetch_add(&slots_taken, 1) % HANDLER_SLOTS;
+	return &s->in_handler[my_slot];
+}
+
+/* Requests begun and not completed, all threads. */
+static int
+requests_active(struct http_server *s)
+{
+	int n = 0;
+
+	for (int i = 0; i < HANDLER_SLOTS; i++)
+		n += atomic_load(&s->in_handler[i].active);
+	return n;
+}
+
+/* 1 when no access_cb call runs (each slot read once, sequentially
+ * consistent: see access_cb). */
+static int
+handlers_idle(struct http_server *s)
+{
+	for (int i = 0; i < HANDLER_SLOTS; i++)
+		if (atomic_load(&s->in_handler[i].n) > 0)
+			return 0;
+	return 1;
+}
+
+static int
+handlers_running(struct http_server *s)
+{
+	int n = 0;
+
+	for (int i = 0; i < HANDLER_SLOTS; i++)
+		n += atomic_load(&s->in_handler[i].n);
+	return n;
+}
 
 /* Per-request state, created by the URI log callback and freed when the
  * request completes. */
@@ -85,7 +139,7 @@ uri_logger(void *cls, const char *uri, struct MHD_Connection *conn)
 	st->start = http_now();
 	st->conn = conn;
 	st->server = cls;
-	atomic_fetch_add(&st->server->active, 1);
+	atomic_fetch_add(&my_handler_slot(st->server)->active, 1);
 	return st;
 }
 
@@ -106,7 +160,7 @@ completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	}
 	if (st->captured != NULL)
 		MHD_destroy_response(st->captured);
-	atomic_fetch_sub(&st->server->active, 1);
+	atomic_fetch_sub(&my_handler_slot(st->server)->active, 1);
 	free(st->body);
 	free(st);
 	*req_cls = NULL;
@@ -615,7 +669,9 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	 * request runs (so none is deferred), only the answers of those
 	 * deferred before; once they are given up on, nothing runs (what the
 	 * handlers use is being freed, or the process exits). */
-	atomic_fetch_add(&s->in_handler, 1);
+	atomic_int *count = &my_handler_slot(s)->n;
+
+	atomic_fetch_add(count, 1);
 	closed = atomic_load(&s->closed);
 	if (closed == CLOSED_ALL || st == NULL)
 		r = MHD_NO;
@@ -623,7 +679,7 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 		r = refuse_closing(conn, upload_data_size);
 	else
 		r = access_run(s, conn, url, method, version, upload_data, upload_data_size, req_cls);
-	atomic_fetch_sub(&s->in_handler, 1);
+	atomic_fetch_sub(count, 1);
 	return r;
 }
 
@@ -845,10 +901,13 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 	struct http_server *s = calloc(1, sizeof(*s));
 	struct sockaddr_in sin;
 
-	if (s == NULL) {
+	if (s == NULL || (s->in_handler = aligned_alloc(64,
+	    HANDLER_SLOTS * sizeof(*s->in_handler))) == NULL) {
+		free(s);
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
+	memset(s->in_handler, 0, HANDLER_SLOTS * sizeof(*s->in_handler));
 	s->handler = handler;
 	s->observe = conf->observe;
 	s->keep_body = conf->keep_body;
@@ -860,6 +919,7 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 	sin.sin_port = htons((uint16_t)conf->port);
 	if (inet_pton(AF_INET, conf->addr, &sin.sin_addr) != 1) {
 		snprintf(errstr, errstr_size, "listen_addr: \"%s\" is not an IPv4 address", conf->addr);
+		free(s->in_handler);
 		free(s);
 		return NULL;
 	}
@@ -880,6 +940,7 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 	    MHD_OPTION_END);
 	if (s->d == NULL) {
 		snprintf(errstr, errstr_size, "could not listen on %s:%d", conf->addr, conf->port);
+		free(s->in_handler);
 		free(s);
 		return NULL;
 	}
@@ -923,6 +984,15 @@ wait_zero(atomic_int *v, long long deadline)
 	return atomic_load(v) == 0;
 }
 
+/* Waits until no access_cb call runs or deadline passes; 1 when none. */
+static int
+wait_idle(struct http_server *s, long long deadline)
+{
+	while (!handlers_idle(s) && monotime_ms() < deadline)
+		usleep(1000);
+	return handlers_idle(s);
+}
+
 int
 http_stop(struct http_server *s, int drain_ms)
 {
@@ -941,7 +1011,7 @@ http_stop(struct http_server *s, int drain_ms)
 	 * for (bounded by the deadline: a create stuck in the database holds
 	 * its HTTP thread), then the count only falls. */
 	atomic_store(&s->closed, CLOSED_NEW);
-	if (!wait_zero(&s->in_handler, deadline) || !wait_zero(&s->deferred, deadline)) {
+	if (!wait_idle(s, deadline) || !wait_zero(&s->deferred, deadline)) {
 		/* libmicrohttpd must not stop with a connection suspended: it
 		 * panics ("MHD_stop_daemon() called while we have suspended
 		 * connections"). So no handler runs again, and the server stays.
@@ -949,17 +1019,20 @@ http_stop(struct http_server *s, int drain_ms)
 		 * call): it touches no visit event. */
 		log_warnx("http: %d requests still waiting after %d ms (a lookup, API call or "
 		    "create stuck on its database): exiting without them",
-		    atomic_load(&s->deferred) + atomic_load(&s->in_handler), drain_ms);
+		    atomic_load(&s->deferred) + handlers_running(s), drain_ms);
 		atomic_store(&s->closed, CLOSED_ALL);
-		wait_zero(&s->in_handler, monotime_ms() + 1000);
+		wait_idle(s, monotime_ms() + 1000);
 		return -1;
 	}
 	/* The answers queued are sent (the stop closes connections without
 	 * flushing), and the resumers are out of libmicrohttpd. */
-	wait_zero(&s->active, monotime_ms() + 2000);
+	for (long long until = monotime_ms() + 2000; requests_active(s) > 0 &&
+	    monotime_ms() < until; )
+		usleep(1000);
 	while (atomic_load(&s->resuming) > 0)
 		usleep(1000);
 	MHD_stop_daemon(s->d);
+	free(s->in_handler);
 	free(s);
 	return 0;
 }
