@@ -664,8 +664,10 @@ def test_singles_do_not_hold_http_threads(procs, pg, redis):
     url_link is locked all get into the queue, so their links come from a few
     transactions (rows sharing an xmin), not one or two at a time. Then
     SIGTERM in the middle of a create stream answers every create already
-    received before the process exits 0: each 201 names a stored link,
-    nothing answers 5xx."""
+    received before the process exits 0: each 201 names a stored link. In
+    the drain's second half a create sent on a connection still open gets
+    503 "unavailable" with "Connection: close" (README, Server), nothing
+    else 5xx, and nothing is stored for it."""
     api = start_redirector(procs, pg, redis, {"http_threads": 2})
     lock = subprocess.Popen(["psql", "-X", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres",
                              "-d", pg.dbname, "-c", "BEGIN; LOCK TABLE url_link IN EXCLUSIVE MODE; "
@@ -689,6 +691,7 @@ def test_singles_do_not_hold_http_threads(procs, pg, redis):
     assert xacts <= 6, xacts  # blocked HTTP threads: at most 2 in flight, >= 8
 
     stop = threading.Event()
+    refused = []
 
     def stream(i):
         s = requests.Session()
@@ -702,6 +705,11 @@ def test_singles_do_not_hold_http_threads(procs, pg, redis):
             except requests.ConnectionError:
                 assert stop.is_set()  # refused or closed only once stopping
                 break
+            if r.status_code == 503:
+                assert stop.is_set() and r.json()["error"]["code"] == "unavailable", r.text
+                assert r.headers.get("Connection") == "close", r.headers
+                refused.append(j)
+                continue
             got.append((r.status_code, r.json().get("code")))
             j += 1
         return got
@@ -728,6 +736,9 @@ def test_singles_do_not_hold_http_threads(procs, pg, redis):
     stored = int(pg.psql("SELECT count(*) FROM url_link WHERE code IN (%s)"
                          % ",".join(f"'{c}'" for c in codes)))
     assert stored == len(codes) == len(set(codes))
+    # and nothing else: no row for a create answered 503
+    assert int(pg.psql("SELECT count(*) FROM url_link "
+                       "WHERE long_url LIKE 'https://held.example/%/%'")) == len(codes), refused
 
 def test_resolve(api):
     a = api.create(url="https://example.com/r1").json()["code"]
