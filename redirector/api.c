@@ -128,8 +128,12 @@ create_one(struct api *a, struct http_req *req, long long key)
 	}
 	c->a = a;
 	c->body = body;
-	/* Suspended before the worker can finish it and resume it. */
-	c->deferred = http_defer(req, create_resumed, c);
+	/* Suspended before the worker can finish it and resume it; not in the
+	 * drain's second half (503: run here it could hold the stop up). */
+	if ((c->deferred = http_defer(req, create_resumed, c)) == NULL) {
+		create_ctx_free(c);
+		return http_stopping(req);
+	}
 	c->pending = links_create_start(a->links, body, key, create_done, c, &queued);
 	if (!queued)
 		create_done(c);
@@ -252,8 +256,12 @@ create_bulk(struct api *a, struct http_req *req, long long key)
 	c->a = a;
 	c->body = body;
 	c->key = key;
+	if ((c->deferred = http_defer(req, bulk_resumed, c)) == NULL) {
+		json_decref(c->body); /* the server stopping */
+		free(c);
+		return http_stopping(req);
+	}
 	if (atomic_fetch_add(&bulk_threads, 1) < API_BULK_THREADS) {
-		c->deferred = http_defer(req, bulk_resumed, c);
 		if (pthread_create(&t, NULL, bulk_thread, c) == 0)
 			pthread_detach(t);
 		else  /* no thread: work here, answer once resumed */
@@ -262,16 +270,11 @@ create_bulk(struct api *a, struct http_req *req, long long key)
 	}
 	atomic_fetch_sub(&bulk_threads, 1);
 	/* all those threads busy: on an API thread, else here */
-	if (a->offload != NULL) {
-		c->deferred = http_defer(req, bulk_resumed, c);
-		if (workq_submit(a->offload, bulk_job, c) == 0)
-			return MHD_YES;
+	if (a->offload == NULL || workq_submit(a->offload, bulk_job, c) < 0) {
 		bulk_work(c);
 		http_resume(c->deferred);
-		return MHD_YES;
 	}
-	bulk_work(c);
-	return bulk_resumed(c, req);
+	return MHD_YES;
 }
 
 static enum MHD_Result

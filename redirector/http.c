@@ -72,27 +72,6 @@ requests_active(struct http_server *s)
 	return n;
 }
 
-/* 1 when no access_cb call runs (each slot read once, sequentially
- * consistent: see access_cb). */
-static int
-handlers_idle(struct http_server *s)
-{
-	for (int i = 0; i < HANDLER_SLOTS; i++)
-		if (atomic_load(&s->in_handler[i].n) > 0)
-			return 0;
-	return 1;
-}
-
-static int
-handlers_running(struct http_server *s)
-{
-	int n = 0;
-
-	for (int i = 0; i < HANDLER_SLOTS; i++)
-		n += atomic_load(&s->in_handler[i].n);
-	return n;
-}
-
 /* Per-request state, created by the URI log callback and freed when the
  * request completes. */
 struct reqstate {
@@ -627,31 +606,6 @@ static enum MHD_Result access_run(struct http_server *s, struct MHD_Connection *
                                   const char *upload_data, size_t *upload_data_size,
                                   void **req_cls);
 
-/* A request the stopping server takes no more: its body read and dropped,
- * then 503 and the connection closed (no handler runs, so none defers). */
-static enum MHD_Result
-refuse_closing(struct MHD_Connection *conn, size_t *upload_data_size)
-{
-	static const char body[] = "{\"error\":{\"code\":\"unavailable\",\"message\":"
-	    "\"the server is stopping; try again\"}}";
-	struct MHD_Response *resp;
-	enum MHD_Result r;
-
-	if (*upload_data_size > 0) {
-		*upload_data_size = 0;
-		return MHD_YES;
-	}
-	resp = MHD_create_response_from_buffer(sizeof(body) - 1, (void *)(uintptr_t)body,
-	    MHD_RESPMEM_PERSISTENT);
-	if (resp == NULL)
-		return MHD_NO;
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-	r = MHD_queue_response(conn, 503, resp);
-	MHD_destroy_response(resp);
-	return r;
-}
-
 /* Every call libmicrohttpd makes for a request (headers, body, the end). */
 static enum MHD_Result
 access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -675,8 +629,6 @@ access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 	closed = atomic_load(&s->closed);
 	if (closed == CLOSED_ALL || st == NULL)
 		r = MHD_NO;
-	else if (closed == CLOSED_NEW && st->resume_fn == NULL)
-		r = refuse_closing(conn, upload_data_size);
 	else
 		r = access_run(s, conn, url, method, version, upload_data, upload_data_size, req_cls);
 	atomic_fetch_sub(count, 1);
@@ -783,9 +735,14 @@ http_defer(struct http_req *req, http_resume_fn fn, void *arg)
 {
 	struct reqstate *st = req->priv;
 
-	/* Only from a handler, which runs only before http_stop closes the
-	 * server to new requests (access_cb): http_stop waits for this one. */
+	/* Counted before closed is read, as http_stop sets closed before it
+	 * waits for the handlers running and then reads the count: either it
+	 * waits for this one or this one sees closed. */
 	atomic_fetch_add(&st->server->deferred, 1);
+	if (atomic_load(&st->server->closed)) {
+		atomic_fetch_sub(&st->server->deferred, 1);
+		return NULL;
+	}
 	st->resume_fn = fn;
 	st->resume_arg = arg;
 	MHD_suspend_connection(st->conn);
@@ -805,6 +762,12 @@ http_resume(struct http_deferred *d)
 	atomic_fetch_add(&s->resuming, 1);
 	MHD_resume_connection(st->conn);
 	atomic_fetch_sub(&s->resuming, 1);
+}
+
+enum MHD_Result
+http_stopping(struct http_req *req)
+{
+	return http_error(req, 503, "unavailable", NULL, "the server is stopping; try again");
 }
 
 int
@@ -873,7 +836,10 @@ http_offload(struct http_req *req, struct workq *q, http_handler handler, void *
 	o->handler = handler;
 	o->ctx = ctx;
 	/* Suspended before a thread can run it and resume it. */
-	o->deferred = http_defer(req, offload_resumed, o);
+	if ((o->deferred = http_defer(req, offload_resumed, o)) == NULL) {
+		free(o);
+		return http_stopping(req);
+	}
 	if (workq_submit(q, offload_main, o) < 0) {
 		o->refused = 1;
 		http_resume(o->deferred);
@@ -975,22 +941,43 @@ http_quiesce(struct http_server *s)
 		    "until the end of the drain");
 }
 
-/* Waits until *v is 0 or the monotonic clock passes deadline; 1 when 0. */
+/* Waits until *v is 0 or the monotonic clock passes deadline; 1 when it was
+ * seen at 0. */
 static int
 wait_zero(atomic_int *v, long long deadline)
 {
-	while (atomic_load(v) > 0 && monotime_ms() < deadline)
+	for (;;) {
+		if (atomic_load(v) <= 0)
+			return 1;
+		if (monotime_ms() >= deadline)
+			return 0;
 		usleep(1000);
-	return atomic_load(v) == 0;
+	}
 }
 
-/* Waits until no access_cb call runs or deadline passes; 1 when none. */
+/* Waits until every access_cb call that began before closed was set has
+ * ended, or deadline passes; 1 when they have. Each thread's counter needs
+ * to be seen at 0 once after that: a call that starts later sees closed
+ * (and then defers nothing), so a counter busy again does not matter (under
+ * load, waiting for all of them at 0 at once could take until deadline). */
 static int
 wait_idle(struct http_server *s, long long deadline)
 {
-	while (!handlers_idle(s) && monotime_ms() < deadline)
+	char seen[HANDLER_SLOTS] = { 0 };
+	int left = HANDLER_SLOTS;
+
+	for (;;) {
+		for (int i = 0; i < HANDLER_SLOTS; i++)
+			if (!seen[i] && atomic_load(&s->in_handler[i].n) <= 0) {
+				seen[i] = 1;
+				left--;
+			}
+		if (left == 0)
+			return 1;
+		if (monotime_ms() >= deadline)
+			return 0;
 		usleep(1000);
-	return handlers_idle(s);
+	}
 }
 
 int
@@ -1005,11 +992,12 @@ http_stop(struct http_server *s, int drain_ms)
 	 * a lookup, an API call or a create) are answered. */
 	atomic_store(&s->stopping, 1);
 	wait_zero(&s->deferred, t0 + drain_ms / 2);
-	/* Phase 2: new requests get 503 and their connections close (no
-	 * handler runs, so none defers); those deferred are answered. A call
-	 * that read closed before it was set may still run and defer: waited
-	 * for (bounded by the deadline: a create stuck in the database holds
-	 * its HTTP thread), then the count only falls. */
+	/* Phase 2: requests are still served, but none is deferred any more
+	 * (http_defer refuses: the handler answers 503 "unavailable"), while
+	 * those deferred are answered. A call that read closed before it was
+	 * set may still defer: waited for (bounded by the deadline: a create
+	 * stuck in the database holds its HTTP thread), then the count only
+	 * falls. */
 	atomic_store(&s->closed, CLOSED_NEW);
 	if (!wait_idle(s, deadline) || !wait_zero(&s->deferred, deadline)) {
 		/* libmicrohttpd must not stop with a connection suspended: it
@@ -1019,7 +1007,7 @@ http_stop(struct http_server *s, int drain_ms)
 		 * call): it touches no visit event. */
 		log_warnx("http: %d requests still waiting after %d ms (a lookup, API call or "
 		    "create stuck on its database): exiting without them",
-		    atomic_load(&s->deferred) + handlers_running(s), drain_ms);
+		    atomic_load(&s->deferred), drain_ms);
 		atomic_store(&s->closed, CLOSED_ALL);
 		wait_idle(s, monotime_ms() + 1000);
 		return -1;

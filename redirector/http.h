@@ -89,9 +89,9 @@ void http_quiesce(struct http_server *s);
 /* Drains, then stops and frees: returns 0. For up to half of drain_ms,
  * requests are served as before but every answer made by the responders
  * below closes its connection (http_draining), until the deferred requests
- * are answered; then new requests get 503 "unavailable" with their
- * connections closed while the deferred ones are answered, up to drain_ms
- * in all. When some are still waiting then (a lookup, API call or create
+ * are answered; then requests are still served but none deferred (those
+ * that would wait get 503 "unavailable") while the deferred ones are
+ * answered, up to drain_ms in all. When some are still waiting then (a lookup, API call or create
  * stuck on its database), returns -1 and leaves the server running, no
  * handler running again, its threads and memory untouched (libmicrohttpd
  * cannot stop with connections suspended, and the jobs holding them will
@@ -104,7 +104,8 @@ int http_stop(struct http_server *s, int drain_ms);
  * the handler then returns MHD_YES without answering. Once http_resume(token)
  * ran, from any thread, fn(arg, req) answers on the connection's thread.
  * http_stop waits for every deferred request to be answered (up to its
- * drain_ms); no handler runs once it stops waiting, so none can defer. */
+ * drain_ms). In the drain's second half http_defer returns NULL: the
+ * handler answers by itself without waiting on a database (http_stopping). */
 struct http_deferred;
 struct http_deferred *http_defer(struct http_req *req, http_resume_fn fn, void *arg);
 void http_resume(struct http_deferred *d);
@@ -126,6 +127,10 @@ enum MHD_Result http_offload(struct http_req *req, struct workq *q, http_handler
  * should answer with a fresh one instead (the header cannot be added to a
  * shared one). */
 int http_draining(const struct http_req *req);
+
+/* 503 "unavailable", the server stopping: for a handler whose http_defer
+ * was refused and whose work would wait on a database. */
+enum MHD_Result http_stopping(struct http_req *req);
 
 /* Request header value or NULL (libmicrohttpd owns it). */
 const char *http_header(struct http_req *req, const char *name);

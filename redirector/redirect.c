@@ -506,7 +506,8 @@ cold_resumed(void *arg, struct http_req *req)
 
 /* Looks code up on a cold-lookup thread, or waits for another request's
  * load of it. Returns 0 with the request deferred (answered by
- * cold_resumed), or -1 when out of memory. */
+ * cold_resumed), or -1 when out of memory or the server stopping (no
+ * deferral any more: the caller answers 503 rather than wait here). */
 static int
 defer_lookup(struct redirect *r, struct http_req *req, const char *code, int64_t now)
 {
@@ -518,7 +519,10 @@ defer_lookup(struct redirect *r, struct http_req *req, const char *code, int64_t
 	c->now = now;
 	snprintf(c->code, sizeof(c->code), "%s", code);
 	/* Suspended before a thread can finish the lookup and resume it. */
-	c->deferred = http_defer(req, cold_resumed, c);
+	if ((c->deferred = http_defer(req, cold_resumed, c)) == NULL) {
+		free(c); /* the server stopping */
+		return -1;
+	}
 	/* A code another request is loading: told when that load ends,
 	 * without a thread of its own. */
 	c->waiter.fn = cold_loaded;
@@ -553,7 +557,6 @@ redirect_handle(struct redirect *r, struct http_req *req)
 	if (strcmp(code, "favicon.ico") == 0 || strcmp(code, "robots.txt") == 0)
 		return http_error(req, 404, "not_found", NULL, "no such short link");
 	if (codes_valid_alias(code) && (e = lcache_peek(r->cache, code)) == NULL)
-		return defer_lookup(r, req, code, now) == 0 ? MHD_YES :
-		    http_error(req, 503, "unavailable", NULL, "out of memory; try again");
+		return defer_lookup(r, req, code, now) == 0 ? MHD_YES : http_stopping(req);
 	return answer(r, req, code, query, e, now);
 }

@@ -920,9 +920,10 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
                  threading.Thread(target=late_one, args=(2, "/api/v1/links/NoSuchStuck3"))]
         for x in lates:
             x.start()
-        # in its second half (past 750 ms) new requests get 503 at once
+        # in its second half (past 750 ms) a request that would wait on the
+        # database (an uncached code) gets 503 at once
         time.sleep(t0 + 1.0 - time.monotonic())
-        kept[3].request("GET", "/" + hot)
+        kept[3].request("GET", "/NoSuchStuck4")
         r = kept[3].getresponse()
         body = json.loads(r.read())
         assert (r.status, body["error"]["code"], r.getheader("Connection")) == (
