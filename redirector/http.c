@@ -646,8 +646,6 @@ access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
 	enum MHD_Result r;
 	char *q;
 
-	if (st == NULL)
-		return MHD_NO;
 	if (*upload_data_size > 0) {
 		if (st->discard) {
 			*upload_data_size = 0;

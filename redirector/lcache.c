@@ -341,6 +341,25 @@ refresh(struct lcache *c, struct shard *s, struct lcache_entry *old, uint64_t ge
 	return ne;
 }
 
+/* An entry a caller can use now: loaded, and fresh or being reloaded by
+ * another caller (shard locked). */
+static int
+usable(const struct lcache_entry *e, int64_t now)
+{
+	return !e->loading && (now < e->expires_ms || e->refreshing);
+}
+
+/* Hands e out as a hit (shard locked): a reference for the caller. */
+static void
+take_hit(struct shard *s, struct lcache_entry *e, int64_t now)
+{
+	atomic_fetch_add(&e->refs, 1);
+	lru_front(s, e);
+	if (now >= e->expires_ms)
+		s->stale++;
+	s->hits++;
+}
+
 struct lcache_entry *
 lcache_peek(struct lcache *c, const char *code)
 {
@@ -351,15 +370,10 @@ lcache_peek(struct lcache *c, const char *code)
 
 	pthread_mutex_lock(&s->mtx);
 	e = find(s, code, h);
-	if (e == NULL || e->loading || (now >= e->expires_ms && !e->refreshing)) {
-		pthread_mutex_unlock(&s->mtx);
-		return NULL;
-	}
-	atomic_fetch_add(&e->refs, 1);
-	lru_front(s, e);
-	if (now >= e->expires_ms)
-		s->stale++;
-	s->hits++;
+	if (e != NULL && usable(e, now))
+		take_hit(s, e, now);
+	else
+		e = NULL;
 	pthread_mutex_unlock(&s->mtx);
 	return e;
 }
@@ -379,16 +393,14 @@ lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 
 	pthread_mutex_lock(&s->mtx);
 	e = find(s, code, h);
-	if (e != NULL && !e->loading) {
+	if (e != NULL && usable(e, now)) {
+		take_hit(s, e, now);
+		pthread_mutex_unlock(&s->mtx);
+		return e;
+	}
+	if (e != NULL && !e->loading) { /* expired, nobody reloading it */
 		atomic_fetch_add(&e->refs, 1);
 		lru_front(s, e);
-		if (now < e->expires_ms || e->refreshing) {
-			if (now >= e->expires_ms)
-				s->stale++;
-			s->hits++;
-			pthread_mutex_unlock(&s->mtx);
-			return e;
-		}
 		e->refreshing = 1;
 		s->misses++;
 		gen0 = s->gen;

@@ -496,10 +496,12 @@ cold_resumed(void *arg, struct http_req *req)
 		    "too many lookups of uncached links are waiting; try again");
 	else if (c->e == NULL)
 		ret = lookup_failed(req, c->code, c->errstr);
-	else if (!code_of(req, code, sizeof(code), &query)) /* as before it was deferred */
-		ret = answer(c->r, req, c->code, NULL, c->e, c->now);
-	else
+	else {
+		/* the query again (the request as before it was deferred: the
+		 * code is found as it was) */
+		(void)code_of(req, code, sizeof(code), &query);
 		ret = answer(c->r, req, c->code, query, c->e, c->now);
+	}
 	free(c);
 	return ret;
 }
