@@ -374,19 +374,23 @@ serve(struct api *a, struct http_req *req, const char *sub)
 	if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
 		return http_error(req, 401, "unauthorized", NULL,
 		    "an \"Authorization: Bearer <key>\" header is required");
-	key = apikey_check(a->pg, auth + 7, errstr, sizeof(errstr));
-	if (key < 0) {
+	/* A request with a body had its key checked when its headers came
+	 * (http_conf.keep_body): the verdict stands, no second check. */
+	if (req->body_verdict != HTTP_KEEP_NOT_ASKED)
+		key = req->body_verdict;
+	else if ((key = apikey_check(a->pg, auth + 7, errstr, sizeof(errstr))) < 0)
 		log_warnx("api key check: %s", errstr);
-		return http_error(req, 503, "database_unavailable", NULL,
-		    "could not check the API key: try again");
-	}
-	if (key == 0)
-		return http_error(req, 401, "unauthorized", NULL, "unknown or revoked API key");
-	/* The key could not be checked when the headers came (PostgreSQL
-	 * busy or down), so the body was dropped: the request is not a bad one */
-	if (req->body_refused)
+	if (key < 0 && req->body_verdict != HTTP_KEEP_NOT_ASKED)
+		/* PostgreSQL busy or down, or the API threads' queue full, when
+		 * the headers came: the body was dropped, the request is not a
+		 * bad one */
 		return http_error(req, 503, "database_unavailable", NULL,
 		    "could not check the API key when the request arrived: try again");
+	if (key < 0)
+		return http_error(req, 503, "database_unavailable", NULL,
+		    "could not check the API key: try again");
+	if (key == 0)
+		return http_error(req, 401, "unauthorized", NULL, "unknown or revoked API key");
 
 	if (strcmp(sub, "/links") == 0) {
 		if (strcmp(req->method, "POST") == 0)

@@ -134,31 +134,51 @@ apikey_shaped(const char *key)
 	    strspn(key + 3, "0123456789abcdef") == 48;
 }
 
+/* The key's cached answer (id, 0 known bad) or -1, its hash in hash and
+ * its cache slot in *slot; 0 without a slot when the key is ill-shaped. */
+static long long
+cached(const char *key, char hash[65], struct cache_slot **slot)
+{
+	long long id = -1;
+	unsigned idx;
+
+	*slot = NULL;
+	/* Not the shape apikey_create makes: unknown without asking
+	 * PostgreSQL, so that made-up keys cost no query. */
+	if (!apikey_shaped(key) || sha256_hex(key, hash) < 0)
+		return 0;
+	idx = (unsigned)strtoul((char[9]){ hash[0], hash[1], hash[2], hash[3], hash[4],
+	    hash[5], hash[6], hash[7], 0 }, NULL, 16) % CACHE_SLOTS;
+	*slot = &cache[idx];
+	pthread_mutex_lock(&cache_mtx);
+	if (strcmp((*slot)->hash, hash) == 0 && (*slot)->expires_ms > now_ms())
+		id = (*slot)->id;
+	pthread_mutex_unlock(&cache_mtx);
+	return id;
+}
+
+long long
+apikey_check_cached(const char *key)
+{
+	char hash[65];
+	struct cache_slot *slot;
+	long long id = cached(key, hash, &slot);
+
+	return id < 0 ? APIKEY_NOT_CACHED : id;
+}
+
 long long
 apikey_check(struct pgpool *pool, const char *key, char *errstr, size_t errstr_size)
 {
 	char hash[65];
 	const char *params[1];
 	struct cache_slot *slot;
-	long long id = -1, now = now_ms();
-	unsigned idx;
+	long long id = cached(key, hash, &slot), now = now_ms();
 	PGconn *c;
 	PGresult *r;
 
-	/* Not the shape apikey_create makes: unknown without asking
-	 * PostgreSQL, so that made-up keys cost no query on an HTTP thread. */
-	if (!apikey_shaped(key) || sha256_hex(key, hash) < 0)
-		return 0;
-	idx = (unsigned)strtoul((char[9]){ hash[0], hash[1], hash[2], hash[3], hash[4],
-	    hash[5], hash[6], hash[7], 0 }, NULL, 16) % CACHE_SLOTS;
-	slot = &cache[idx];
-	pthread_mutex_lock(&cache_mtx);
-	if (strcmp(slot->hash, hash) == 0 && slot->expires_ms > now)
-		id = slot->id;
-	pthread_mutex_unlock(&cache_mtx);
 	if (id >= 0)
 		return id;
-
 	if ((c = pgpool_get(pool, 2000, errstr, errstr_size)) == NULL)
 		return -1;
 	params[0] = hash;

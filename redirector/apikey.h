@@ -9,9 +9,9 @@
 #include <stddef.h>
 
 #define APIKEY_CACHE_TTL_MS 5000
-/* The key query's longest run (a cache miss; on an HTTP thread when the
- * headers of a request with a body arrive): then -1. */
+/* The key query's longest run (a cache miss, on an API thread): then -1. */
 #define APIKEY_QUERY_TIMEOUT_MS 5000
+#define APIKEY_NOT_CACHED (-2)
 
 /* Creates a key named name; writes the key ("lp_" + 48 hex) to key_out
  * (at least 64 bytes). It is shown once: only its hash is stored. */
@@ -33,6 +33,11 @@ int apikey_shaped(const char *key);
  * (at once, without a query, when it is not "lp_" + 48 lower-case hex), -1
  * when PostgreSQL could not be asked (errstr). Thread-safe; cached. */
 long long apikey_check(struct pgpool *pool, const char *key, char *errstr, size_t errstr_size);
+
+/* apikey_check from its cache alone, never blocking: the key's id, 0 when
+ * unknown, revoked or ill-shaped, APIKEY_NOT_CACHED when only PostgreSQL
+ * can tell. */
+long long apikey_check_cached(const char *key);
 
 /* Frees the check cache (at exit). */
 void apikey_cache_free(void);

@@ -37,7 +37,8 @@ struct http_server {
 	struct MHD_Daemon *d;
 	http_handler handler;
 	http_observer observe;
-	int (*keep_body)(void *ctx, const char *path, const char *auth);
+	long long (*keep_body)(void *ctx, const char *path, const char *auth, int may_wait);
+	struct workq *keep_body_queue;
 	void *ctx;
 	size_t max_body;
 	size_t max_header;
@@ -81,6 +82,8 @@ struct reqstate {
 	int discard;    /* the body is read and dropped, not kept */
 	int refused;    /* discarded because keep_body said no */
 	int started;    /* the headers-only first call has been seen */
+	long long verdict;         /* keep_body's, or HTTP_KEEP_NOT_ASKED */
+	struct keep_ask *asking;   /* owned: keep_body asked off this thread */
 	int reject;     /* 400 or 431 found in the headers (answered at the end) */
 	const char *reject_why;
 	double start;
@@ -135,6 +138,10 @@ completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 		return;
 	if (st->resume_fn != NULL) {  /* deferred, but the connection went away */
 		st->resume_fn(st->resume_arg, NULL);
+		atomic_fetch_sub(&st->server->deferred, 1);
+	}
+	if (st->asking != NULL) {     /* answered (it resumed), never called again */
+		free(st->asking);
 		atomic_fetch_sub(&st->server->deferred, 1);
 	}
 	if (st->captured != NULL)
@@ -607,6 +614,65 @@ static enum MHD_Result access_run(struct http_server *s, struct MHD_Connection *
                                   void **req_cls);
 
 /* Every call libmicrohttpd makes for a request (headers, body, the end). */
+/* keep_body asked on a keep_body_queue thread while the connection waits
+ * suspended in its headers-only first call; libmicrohttpd makes that call
+ * again once it is resumed. */
+struct keep_ask {
+	struct reqstate *st;
+	long long verdict;
+	char *path;               /* in the same allocation */
+	char auth[];
+};
+
+static void
+keep_ask_main(void *arg)
+{
+	struct keep_ask *k = arg;
+	struct http_server *s = k->st->server;
+
+	k->verdict = s->keep_body(s->ctx, k->path, k->auth, 1);
+	if (k->verdict == HTTP_KEEP_ASK_LATER)
+		k->verdict = -1;
+	http_resume((struct http_deferred *)(void *)k->st);
+}
+
+/* Suspends the connection and queues the question: 0, or -1 when it could
+ * not be queued (nothing suspended then). */
+static int
+keep_ask(struct http_server *s, struct reqstate *st, const char *path, const char *auth)
+{
+	size_t np = strlen(path) + 1, na = strlen(auth) + 1;
+	struct keep_ask *k = malloc(sizeof(*k) + na + np);
+
+	if (k == NULL)
+		return -1;
+	k->st = st;
+	k->verdict = -1;
+	memcpy(k->auth, auth, na);
+	k->path = k->auth + na;
+	memcpy(k->path, path, np);
+	/* counted before closed is read, as in http_defer */
+	atomic_fetch_add(&s->deferred, 1);
+	if (atomic_load(&s->closed)) {
+		atomic_fetch_sub(&s->deferred, 1);
+		free(k);
+		return -1;
+	}
+	st->asking = k;
+	MHD_suspend_connection(st->conn);
+	if (workq_submit(s->keep_body_queue, keep_ask_main, k) < 0)
+		http_resume((struct http_deferred *)(void *)st); /* verdict -1 */
+	return 0;
+}
+
+static void
+set_verdict(struct reqstate *st, long long v)
+{
+	st->verdict = v;
+	if (v <= 0)
+		st->discard = st->refused = 1;
+}
+
 static enum MHD_Result
 access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
           const char *version, const char *upload_data, size_t *upload_data_size,
@@ -646,6 +712,13 @@ access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
 	enum MHD_Result r;
 	char *q;
 
+	if (st->asking != NULL) {  /* the first call again: keep_body answered */
+		set_verdict(st, st->asking->verdict);
+		free(st->asking);
+		st->asking = NULL;
+		atomic_fetch_sub(&s->deferred, 1);
+		return MHD_YES;
+	}
 	if (*upload_data_size > 0) {
 		if (st->discard) {
 			*upload_data_size = 0;
@@ -685,11 +758,21 @@ access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
 		 * max_body_bytes each. */
 		auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		    MHD_HTTP_HEADER_AUTHORIZATION);
+		st->verdict = HTTP_KEEP_NOT_ASKED;
 		if ((strcmp(method, "POST") != 0 && strcmp(method, "PATCH") != 0 &&
-		    strcmp(method, "PUT") != 0) || auth == NULL || st->reject)
+		    strcmp(method, "PUT") != 0) || auth == NULL || st->reject) {
 			st->discard = 1;
-		else if (s->keep_body != NULL && !s->keep_body(s->ctx, target_path(url), auth))
-			st->discard = st->refused = 1;
+		} else if (s->keep_body != NULL) {
+			long long v = s->keep_body(s->ctx, target_path(url), auth,
+			    s->keep_body_queue == NULL);
+
+			/* not known at once: asked on another thread, so that an
+			 * HTTP thread never waits on it */
+			if (v == HTTP_KEEP_ASK_LATER &&
+			    keep_ask(s, st, target_path(url), auth) == 0)
+				return MHD_YES;
+			set_verdict(st, v == HTTP_KEEP_ASK_LATER ? -1 : v);
+		}
 		return MHD_YES;
 	}
 	memset(&req, 0, sizeof(req));
@@ -703,6 +786,7 @@ access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
 	req.body = st->len ? st->body : NULL;
 	req.body_len = st->len;
 	req.body_refused = st->refused;
+	req.body_verdict = st->verdict;
 	req.start = st->start;
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	req.peer = ci ? ci->client_addr : NULL;
@@ -875,6 +959,7 @@ http_start(const struct http_conf *conf, http_handler handler, void *ctx,
 	s->handler = handler;
 	s->observe = conf->observe;
 	s->keep_body = conf->keep_body;
+	s->keep_body_queue = conf->keep_body_queue;
 	s->ctx = ctx;
 	s->max_body = conf->max_body;
 	s->max_header = conf->max_header;

@@ -8,6 +8,8 @@
 #include <microhttpd.h>
 #include <stddef.h>
 
+struct workq;
+
 struct http_req {
 	struct MHD_Connection *conn;
 	const char *method;  /* "GET", ... (libmicrohttpd's) */
@@ -18,6 +20,8 @@ struct http_req {
 	size_t body_len;
 	int body_refused;    /* a body-taking request whose body keep_body
 	                      * refused (read and dropped) */
+	long long body_verdict; /* keep_body's answer: > 0 the body was kept,
+	                      * 0 or -1 refused; HTTP_KEEP_NOT_ASKED */
 	const struct sockaddr *peer;
 	double start;        /* monotonic seconds when the request arrived */
 	int status;          /* set by the responders */
@@ -73,10 +77,19 @@ struct http_conf {
 	http_observer observe;   /* or NULL */
 	/* Or NULL (every one keeps it). Whether a POST, PATCH or PUT with an
 	 * Authorization header keeps its body (up to max_body), asked once
-	 * its headers are in; the body of one refused is read and dropped.
-	 * path (decoded) and auth (the header's value) are borrowed. */
-	int (*keep_body)(void *ctx, const char *path, const char *auth);
+	 * its headers are in: > 0 keeps it, 0 or -1 has it read and dropped;
+	 * the handler sees the answer as req->body_verdict. path (decoded)
+	 * and auth (the header's value) are borrowed. may_wait 0: asked on an
+	 * HTTP thread, it must not block and answers HTTP_KEEP_ASK_LATER when
+	 * it cannot tell at once; it is then asked again with may_wait 1 on a
+	 * thread of keep_body_queue while the connection waits suspended
+	 * (-1 when that queue is full or the server is stopping). */
+	long long (*keep_body)(void *ctx, const char *path, const char *auth, int may_wait);
+	struct workq *keep_body_queue; /* borrowed; NULL: keep_body may always wait */
 };
+
+#define HTTP_KEEP_ASK_LATER (-2)
+#define HTTP_KEEP_NOT_ASKED (-3)
 
 struct http_server;
 

@@ -1103,7 +1103,7 @@ links_patch(struct links *L, const char *code, json_t *req, long long key_id, js
 		links_db_fail(err, errstr);
 		goto done;
 	}
-	r = pgpool_exec(c,
+	r = pgpool_exec_timeout(c,
 	    "WITH old AS (SELECT long_url_md5 FROM url_link WHERE code = $1 AND deleted = 0), "
 	    "l AS (UPDATE url_link SET "
 	    "long_url = CASE WHEN $2::bool THEN $3 ELSE long_url END, "
@@ -1118,7 +1118,7 @@ links_patch(struct links *L, const char *code, json_t *req, long long key_id, js
 	    "updater = nullif($15, '0')::bigint, update_time = now() "
 	    "WHERE code = $1 AND deleted = 0 RETURNING *) "
 	    "SELECT " LINK_COLS ", (SELECT long_url_md5 FROM old) FROM l",
-	    16, params, NULL, errstr, sizeof(errstr));
+	    16, params, L->lookup_timeout_ms, NULL, errstr, sizeof(errstr));
 	if (r == NULL) {
 		links_db_fail(err, errstr);
 		goto done;
@@ -1154,9 +1154,9 @@ links_delete(struct links *L, const char *code, long long key_id, struct links_e
 	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL)
 		return links_db_fail(err, errstr);
 	snprintf(key_s, sizeof(key_s), "%lld", key_id);
-	r = pgpool_exec(c, "UPDATE url_link SET deleted = 1, update_time = now(), "
+	r = pgpool_exec_timeout(c, "UPDATE url_link SET deleted = 1, update_time = now(), "
 	    "updater = nullif($2, '0')::bigint WHERE code = $1 AND deleted = 0 RETURNING long_url_md5",
-	    2, params, NULL, errstr, sizeof(errstr));
+	    2, params, L->lookup_timeout_ms, NULL, errstr, sizeof(errstr));
 	pgpool_put(L->pg, c);
 	if (r == NULL)
 		return links_db_fail(err, errstr);
@@ -1202,10 +1202,10 @@ links_list(struct links *L, const char *tag, long long limit, const char *cursor
 	params[2] = lim;
 	if ((c = pgpool_get(L->pg, 3000, errstr, sizeof(errstr))) == NULL)
 		return links_db_fail(err, errstr);
-	r = pgpool_exec(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.deleted = 0 "
+	r = pgpool_exec_timeout(c, "SELECT " LINK_COLS " FROM url_link l WHERE l.deleted = 0 "
 	    "AND ($1::text IS NULL OR (l.tags @> ARRAY[$1::text] AND l.tags <> '{}')) "
 	    "AND ($2::bigint IS NULL OR l.id < $2::bigint) ORDER BY l.id DESC LIMIT $3::int",
-	    3, params, NULL, errstr, sizeof(errstr));
+	    3, params, L->lookup_timeout_ms, NULL, errstr, sizeof(errstr));
 	pgpool_put(L->pg, c);
 	if (r == NULL)
 		return links_db_fail(err, errstr);
@@ -1264,8 +1264,8 @@ links_resolve(struct links *L, json_t *codes, json_t **out, struct links_err *er
 		free(arr);
 		return links_db_fail(err, errstr);
 	}
-	r = pgpool_exec(c, "SELECT code, long_url FROM url_link WHERE code = ANY($1::text[]) "
-	    "AND deleted = 0", 1, params, NULL, errstr, sizeof(errstr));
+	r = pgpool_exec_timeout(c, "SELECT code, long_url FROM url_link WHERE code = ANY($1::text[]) "
+	    "AND deleted = 0", 1, params, L->lookup_timeout_ms, NULL, errstr, sizeof(errstr));
 	pgpool_put(L->pg, c);
 	free(arr);
 	if (r == NULL)

@@ -29,7 +29,7 @@ struct links_conf {
 	const char *seq_secret;   /* key of the sequence permutation */
 	int cache_ttl_s;          /* Redis link-record TTL */
 	int batch_workers;        /* threads running queued creates as batches, >= 1 */
-	int lookup_timeout_ms;    /* links_get's statement, at most (then 503) */
+	int lookup_timeout_ms;    /* links_get/list/resolve/patch/delete's statement, at most (then 503) */
 };
 
 /* A failure to report to the API client. */

@@ -159,8 +159,9 @@ static const struct cfg_opt redirector_tab[] = {
 	  "\"overloaded\" at once (while PostgreSQL is slow, a flood of made-up codes "
 	  "cannot hold every connection)" },
 	{ "lookup_timeout_ms", CFG_INT, "5000", 100, 600000, NULL, OFF(lookup_timeout_ms), 0,
-	  "longest a link's lookup statement in PostgreSQL may run (a redirect's cold lookup, "
-	  "GET /api/v1/links/{code}); past it the statement is cancelled and the request gets 503" },
+	  "longest a link's lookup statement in PostgreSQL may run (a redirect's cold lookup), "
+	  "and each statement of the API's get, list, resolve, edit and delete; past it the "
+	  "statement is cancelled and the request gets 503" },
 	{ "api_threads", CFG_INT, "8", 1, 1024, NULL, OFF(api_threads), 0,
 	  "threads that run API calls other than creates (their key check, get, list, resolve, "
 	  "edit, delete) and the creates the batch workers do not take (alias, hash, sequence, "
@@ -322,18 +323,27 @@ route(void *ctx, struct http_req *req)
 }
 
 /* http_conf.keep_body: only an API request whose key checks out keeps its
- * body (apikey_check's cache answers the handler's own check after it), so
- * that a client without a key cannot make the process hold max_body_bytes
- * per connection by sending any Authorization header. A key that cannot be
- * checked (PostgreSQL down) keeps none: the handler answers 503 then. */
-static int
-keep_body(void *ctx, const char *path, const char *auth)
+ * body (the handler takes the key's id from the verdict), so that a client
+ * without a key cannot make the process hold max_body_bytes per connection
+ * by sending any Authorization header. On an HTTP thread the key cache
+ * answers, or the question goes to an API thread (a key not cached costs a
+ * query). A key that cannot be checked (PostgreSQL down) keeps none: -1, and
+ * the handler answers 503. */
+static long long
+keep_body(void *ctx, const char *path, const char *auth, int may_wait)
 {
 	struct app *app = ctx;
 	char errstr[256];
+	long long id;
 
-	return is_api_path(path) && strncasecmp(auth, "Bearer ", 7) == 0 &&
-	    apikey_check(app->pg, auth + 7, errstr, sizeof(errstr)) > 0;
+	if (!is_api_path(path) || strncasecmp(auth, "Bearer ", 7) != 0)
+		return 0;
+	if (!may_wait)
+		return (id = apikey_check_cached(auth + 7)) == APIKEY_NOT_CACHED ?
+		    HTTP_KEEP_ASK_LATER : id;
+	if ((id = apikey_check(app->pg, auth + 7, errstr, sizeof(errstr))) < 0)
+		log_warnx("api key check: %s", errstr);
+	return id;
 }
 
 static int
@@ -688,6 +698,7 @@ serve(struct app *app)
 	hc.max_header = (size_t)cf->max_header_bytes;
 	hc.observe = observe;
 	hc.keep_body = keep_body;
+	hc.keep_body_queue = app->api_q;
 	if ((srv = http_start(&hc, route, app, errstr, sizeof(errstr))) == NULL) {
 		log_fatalx("%s", errstr);
 		return 1;

@@ -750,6 +750,16 @@ def test_connections_per_ip_limit(procs, pg, redis, workdir):
             s.close()
 
 
+def assert_redirects_at_once(red, code, url=None):
+    """A cached link redirects in under a second (its HTTP thread is free)."""
+    t0 = time.monotonic()
+    r = red.get("/" + code)
+    took = time.monotonic() - t0
+    assert r.status_code == 302, (r.status_code, r.text)
+    assert url is None or r.headers["Location"] == url, r.headers["Location"]
+    assert took < 1.0, f"a cached link took {took:.2f} s"
+
+
 def metric(port, name):
     """One unlabelled sample of the redirector's /metrics (it must be there)."""
     r = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
@@ -801,11 +811,7 @@ def test_cold_lookups_leave_http_threads_free(procs, pg, redis, broker, workdir)
         # two running, three queued, five refused at once
         assert sorted(statuses.values()) == [(503, "overloaded")] * 5, statuses
         assert metric(red.port, "linkpulse_redirector_cold_lookups_pending") == 5
-        t0 = time.monotonic()
-        r = red.get("/" + hot)
-        took = time.monotonic() - t0
-        assert (r.status_code, r.headers["Location"]) == (302, "https://example.com/hot")
-        assert took < 1.0, f"a cached link took {took:.2f} s while lookups were stalled"
+        assert_redirects_at_once(red, hot, "https://example.com/hot")
         assert len(statuses) == 5, statuses  # the others still wait
     finally:
         lock.rollback()
@@ -856,6 +862,69 @@ def test_cold_lookups_leave_http_threads_free(procs, pg, redis, broker, workdir)
         t.join(30)
     assert results == [(404, "not_found")] * 20, results
     assert metric(red.port, "linkpulse_redirector_cold_lookups_refused_total") == 5
+
+
+def test_key_checks_leave_http_threads_free(procs, pg, redis, broker, workdir):
+    """The key of a call with a body is checked when its headers come, to
+    decide whether the body is kept (README, API keys). A key the cache cannot
+    answer is checked on an API thread while the connection waits suspended:
+    with api_key locked, creates with a new key and with made-up well-formed
+    keys wait there while a cached link still redirects at once on the two
+    HTTP threads; past api_threads + api_queue one gets 503 at once and stores
+    nothing; once the lock goes the real key's creates are stored (201) and
+    the made-up key gets 401. (Before, each such check held an HTTP thread
+    for up to 5 s: two of them stalled every connection.)"""
+    import psycopg2
+
+    red = start(procs, pg, redis, broker, workdir, {
+        "http_threads": 2, "api_threads": 1, "api_queue": 2, "cache_ttl_ms": 600000}, "keyq")
+    code = red.create(url="https://example.com/keyq")["code"]
+    assert red.get("/" + code).status_code == 302  # cached from here on
+    r = subprocess.run([os.path.join(lpstack.BIN, "redirector"), "-o", f"pg_dsn={pg.dsn}",
+                        "apikey", "create", "second"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    fresh, madeup = r.stdout.split()[-1], "lp_" + os.urandom(24).hex()
+    got = {}
+
+    def create(name, key):
+        c = http.client.HTTPConnection("127.0.0.1", red.port, timeout=60)
+        c.request("POST", "/api/v1/links", headers={"Authorization": f"Bearer {key}"},
+                  body=json.dumps({"url": f"https://example.com/keyq-{name}", "dedupe": False}))
+        resp = c.getresponse()
+        body = json.loads(resp.read())
+        c.close()
+        got[name] = (resp.status, body.get("long_url") or body["error"]["code"])
+
+    lock = psycopg2.connect(pg.dsn)
+    lock.cursor().execute("LOCK TABLE api_key IN ACCESS EXCLUSIVE MODE")
+    threads = []
+    try:
+        for n, (name, key) in enumerate((("a", fresh), ("b", madeup), ("c", fresh)), 1):
+            threads.append(threading.Thread(target=create, args=(name, key)))
+            threads[-1].start()
+            deadline = time.time() + 3
+            while metric(red.port, "linkpulse_redirector_api_pending") < n:
+                assert time.time() < deadline and not got, got
+                time.sleep(0.02)
+        t0 = time.monotonic()
+        create("d", "lp_" + os.urandom(24).hex())  # the queue is full
+        assert got == {"d": (503, "database_unavailable")}, got
+        assert time.monotonic() - t0 < 1.0
+        assert_redirects_at_once(red, code)
+        assert len(got) == 1, got
+    finally:
+        lock.rollback()
+        lock.close()
+    for t in threads:
+        t.join(30)
+    assert got == {"a": (201, "https://example.com/keyq-a"), "b": (401, "unauthorized"),
+                   "c": (201, "https://example.com/keyq-c"),
+                   "d": (503, "database_unavailable")}, got
+    assert metric(red.port, "linkpulse_redirector_api_pending") == 0
+    assert metric(red.port, "linkpulse_redirector_api_refused_total") == 1
+    assert pg.psql("SELECT string_agg(long_url, ' ' ORDER BY long_url) FROM url_link "
+                   "WHERE long_url LIKE 'https://example.com/keyq-%'").strip() == \
+        "https://example.com/keyq-a https://example.com/keyq-c"
 
 
 def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
@@ -986,10 +1055,7 @@ def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
             time.sleep(0.05)
         assert sorted(got) == [(503, "overloaded")] * 2, got
         assert metric(red.port, "linkpulse_redirector_api_pending") == 3
-        t0 = time.monotonic()
-        r = red.get("/" + code)
-        took = time.monotonic() - t0
-        assert r.status_code == 302 and took < 1.0, (r.status_code, took)
+        assert_redirects_at_once(red, code)
         assert len(got) == 2, got
     finally:
         lock.rollback()
@@ -1025,10 +1091,7 @@ def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
         while metric(red.port, "linkpulse_redirector_api_pending") < 2:
             assert time.time() < deadline and not created, created
             time.sleep(0.05)
-        t0 = time.monotonic()
-        r = red.get("/" + code)
-        took = time.monotonic() - t0
-        assert r.status_code == 302 and took < 1.0, (r.status_code, took)
+        assert_redirects_at_once(red, code)
         assert created == [], created
     finally:
         lock.rollback()
@@ -1042,8 +1105,9 @@ def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
 def test_lookup_timeout(procs, pg, redis, broker, workdir):
     """A lookup stuck in PostgreSQL (url_link locked by another session) is
     cancelled after lookup_timeout_ms: the redirect gets 503 "unavailable"
-    with no event and the API read 503 "database_unavailable", both in about
-    that time, the pool's connection still usable; once the lock goes the
+    with no event and the API's get, list, resolve, edit and delete 503
+    "database_unavailable", each in about that time, the edit and delete
+    changing nothing, the pool's connection still usable; once the lock goes the
     same code is found (a failed lookup is not remembered as unknown)."""
     import psycopg2
 
@@ -1054,18 +1118,31 @@ def test_lookup_timeout(procs, pg, redis, broker, workdir):
     lock = psycopg2.connect(pg.dsn)
     lock.cursor().execute("LOCK TABLE url_link IN ACCESS EXCLUSIVE MODE")
     try:
-        for path, want in (("/NoSuchLto1", "unavailable"), ("/" + code, "unavailable"),
-                           ("/api/v1/links/" + code, "database_unavailable")):
+        api = "/api/v1/links"
+        for method, path, body, want in (
+                ("GET", "/NoSuchLto1", None, "unavailable"),
+                ("GET", "/" + code, None, "unavailable"),
+                ("GET", f"{api}/{code}", None, "database_unavailable"),
+                ("GET", f"{api}?limit=5", None, "database_unavailable"),
+                ("POST", f"{api}/resolve", {"codes": [code]}, "database_unavailable"),
+                ("PATCH", f"{api}/{code}", {"url": "https://example.com/changed"},
+                 "database_unavailable"),
+                ("DELETE", f"{api}/{code}", None, "database_unavailable")):
             t0 = time.monotonic()
-            r = red.s.get(red.base + path, headers={"Authorization": f"Bearer {red.key}"},
-                          timeout=30, allow_redirects=False)
+            r = red.s.request(method, red.base + path,
+                              headers={"Authorization": f"Bearer {red.key}"},
+                              data=json.dumps(body) if body is not None else None,
+                              timeout=30, allow_redirects=False)
             took = time.monotonic() - t0
             assert (r.status_code, r.json()["error"]["code"]) == (503, want), (path, r.text)
-            assert 0.6 < took < 3, (path, took)
+            assert 0.6 < took < 3, (method, path, took)
         assert "the statement took over 700 ms (cancelled)" in red.proc.output()
     finally:
         lock.rollback()
         lock.close()
+    # the cancelled edit and delete changed nothing
+    link = red.api("GET", "/links/" + code)
+    assert (link["long_url"], link["deleted"]) == ("https://example.com/lto", False), link
     r = red.get("/" + code)
     assert (r.status_code, r.headers["Location"]) == (302, "https://example.com/lto")
     assert red.get("/NoSuchLto1").status_code == 404
