@@ -375,9 +375,16 @@ serve(struct api *a, struct http_req *req, const char *sub)
 		return http_error(req, 401, "unauthorized", NULL,
 		    "an \"Authorization: Bearer <key>\" header is required");
 	/* A request with a body had its key checked when its headers came
-	 * (http_conf.keep_body): the verdict stands, no second check. */
+	 * (http_conf.keep_body): that verdict stands, with no second query;
+	 * only a revocation the cache has seen since then is heeded. */
+	if (req->body_verdict == HTTP_KEEP_STOPPING)
+		return http_stopping(req);
+	if (req->body_verdict == HTTP_KEEP_OVERLOADED)
+		return http_error(req, 503, "overloaded", NULL,
+		    "too many requests are waiting for the database; try again");
 	if (req->body_verdict != HTTP_KEEP_NOT_ASKED)
-		key = req->body_verdict;
+		key = req->body_verdict > 0 && apikey_check_cached(auth + 7) == 0 ? 0 :
+		    req->body_verdict;
 	else if ((key = apikey_check(a->pg, auth + 7, errstr, sizeof(errstr))) < 0)
 		log_warnx("api key check: %s", errstr);
 	if (key < 0 && req->body_verdict != HTTP_KEEP_NOT_ASKED)

@@ -84,6 +84,9 @@ struct reqstate {
 	int started;    /* the headers-only first call has been seen */
 	long long verdict;         /* keep_body's, or HTTP_KEEP_NOT_ASKED */
 	struct keep_ask *asking;   /* owned: keep_body asked off this thread */
+	int held;                  /* asked off this thread: still counted in
+	                            * deferred until the handler ran, so that the
+	                            * drain's first half waits for it */
 	int reject;     /* 400 or 431 found in the headers (answered at the end) */
 	const char *reject_why;
 	double start;
@@ -140,7 +143,7 @@ completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 		st->resume_fn(st->resume_arg, NULL);
 		atomic_fetch_sub(&st->server->deferred, 1);
 	}
-	if (st->asking != NULL) {     /* answered (it resumed), never called again */
+	if (st->asking != NULL || st->held) { /* asked off its thread, not answered */
 		free(st->asking);
 		atomic_fetch_sub(&st->server->deferred, 1);
 	}
@@ -613,7 +616,6 @@ static enum MHD_Result access_run(struct http_server *s, struct MHD_Connection *
                                   const char *upload_data, size_t *upload_data_size,
                                   void **req_cls);
 
-/* Every call libmicrohttpd makes for a request (headers, body, the end). */
 /* keep_body asked on a keep_body_queue thread while the connection waits
  * suspended in its headers-only first call; libmicrohttpd makes that call
  * again once it is resumed. */
@@ -636,18 +638,18 @@ keep_ask_main(void *arg)
 	http_resume((struct http_deferred *)(void *)k->st);
 }
 
-/* Suspends the connection and queues the question: 0, or -1 when it could
- * not be queued (nothing suspended then). */
-static int
+/* Suspends the connection and queues the question: HTTP_KEEP_ASK_LATER, or
+ * the verdict when it could not be queued (nothing suspended then). */
+static long long
 keep_ask(struct http_server *s, struct reqstate *st, const char *path, const char *auth)
 {
 	size_t np = strlen(path) + 1, na = strlen(auth) + 1;
-	struct keep_ask *k = malloc(sizeof(*k) + na + np);
+	struct keep_ask *k;
 
-	if (k == NULL)
+	if (s->keep_body_queue == NULL || (k = malloc(sizeof(*k) + na + np)) == NULL)
 		return -1;
 	k->st = st;
-	k->verdict = -1;
+	k->verdict = HTTP_KEEP_OVERLOADED; /* unless a thread answers */
 	memcpy(k->auth, auth, na);
 	k->path = k->auth + na;
 	memcpy(k->path, path, np);
@@ -656,13 +658,13 @@ keep_ask(struct http_server *s, struct reqstate *st, const char *path, const cha
 	if (atomic_load(&s->closed)) {
 		atomic_fetch_sub(&s->deferred, 1);
 		free(k);
-		return -1;
+		return HTTP_KEEP_STOPPING;
 	}
 	st->asking = k;
 	MHD_suspend_connection(st->conn);
 	if (workq_submit(s->keep_body_queue, keep_ask_main, k) < 0)
-		http_resume((struct http_deferred *)(void *)st); /* verdict -1 */
-	return 0;
+		http_resume((struct http_deferred *)(void *)st);
+	return HTTP_KEEP_ASK_LATER;
 }
 
 static void
@@ -673,6 +675,7 @@ set_verdict(struct reqstate *st, long long v)
 		st->discard = st->refused = 1;
 }
 
+/* Every call libmicrohttpd makes for a request (headers, body, the end). */
 static enum MHD_Result
 access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
           const char *version, const char *upload_data, size_t *upload_data_size,
@@ -716,7 +719,7 @@ access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
 		set_verdict(st, st->asking->verdict);
 		free(st->asking);
 		st->asking = NULL;
-		atomic_fetch_sub(&s->deferred, 1);
+		st->held = 1;
 		return MHD_YES;
 	}
 	if (*upload_data_size > 0) {
@@ -769,9 +772,9 @@ access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
 			/* not known at once: asked on another thread, so that an
 			 * HTTP thread never waits on it */
 			if (v == HTTP_KEEP_ASK_LATER &&
-			    keep_ask(s, st, target_path(url), auth) == 0)
+			    (v = keep_ask(s, st, target_path(url), auth)) == HTTP_KEEP_ASK_LATER)
 				return MHD_YES;
-			set_verdict(st, v == HTTP_KEEP_ASK_LATER ? -1 : v);
+			set_verdict(st, v);
 		}
 		return MHD_YES;
 	}
@@ -809,6 +812,10 @@ access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
 	 * handler deferred it) */
 	if (req.status != 0 && s->observe != NULL)
 		s->observe(s->ctx, &req);
+	if (st->held) {  /* after the handler, which may have deferred it anew */
+		st->held = 0;
+		atomic_fetch_sub(&s->deferred, 1);
+	}
 	return r;
 }
 

@@ -21,7 +21,8 @@ struct http_req {
 	int body_refused;    /* a body-taking request whose body keep_body
 	                      * refused (read and dropped) */
 	long long body_verdict; /* keep_body's answer: > 0 the body was kept,
-	                      * 0 or -1 refused; HTTP_KEEP_NOT_ASKED */
+	                      * 0, -1, HTTP_KEEP_STOPPING or HTTP_KEEP_OVERLOADED
+	                      * refused; HTTP_KEEP_NOT_ASKED */
 	const struct sockaddr *peer;
 	double start;        /* monotonic seconds when the request arrived */
 	int status;          /* set by the responders */
@@ -83,13 +84,16 @@ struct http_conf {
 	 * HTTP thread, it must not block and answers HTTP_KEEP_ASK_LATER when
 	 * it cannot tell at once; it is then asked again with may_wait 1 on a
 	 * thread of keep_body_queue while the connection waits suspended
-	 * (-1 when that queue is full or the server is stopping). */
+	 * (HTTP_KEEP_OVERLOADED when that queue is full, HTTP_KEEP_STOPPING
+	 * when the server's drain refuses deferrals, -1 out of memory). */
 	long long (*keep_body)(void *ctx, const char *path, const char *auth, int may_wait);
 	struct workq *keep_body_queue; /* borrowed; NULL: keep_body may always wait */
 };
 
 #define HTTP_KEEP_ASK_LATER (-2)
 #define HTTP_KEEP_NOT_ASKED (-3)
+#define HTTP_KEEP_STOPPING (-4)
+#define HTTP_KEEP_OVERLOADED (-5)
 
 struct http_server;
 

@@ -509,7 +509,7 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		{ METRICS_COUNTER, "linkpulse_redirector_cold_lookups_refused_total",
 		  "Requests answered 503 overloaded: cold_lookup_queue lookups were already waiting." },
 		{ METRICS_GAUGE, "linkpulse_redirector_api_pending",
-		  "API calls other than creates waiting for or running on an API thread now." },
+		  "API calls other than creates, and key checks of calls with a body, waiting for or running on an API thread now." },
 		{ METRICS_COUNTER, "linkpulse_redirector_api_refused_total",
 		  "API calls answered 503 overloaded: api_queue calls were already waiting." },
 	};

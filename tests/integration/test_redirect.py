@@ -760,6 +760,15 @@ def assert_redirects_at_once(red, code, url=None):
     assert took < 1.0, f"a cached link took {took:.2f} s"
 
 
+def wait_api_idle(red):
+    """Waits until no call is on or waiting for an API thread: a worker that
+    answered a call may still be finishing when its client reads the answer."""
+    deadline = time.time() + 10
+    while metric(red.port, "linkpulse_redirector_api_pending") != 0:
+        assert time.time() < deadline, "API threads still busy"
+        time.sleep(0.02)
+
+
 def metric(port, name):
     """One unlabelled sample of the redirector's /metrics (it must be there)."""
     r = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
@@ -870,8 +879,8 @@ def test_key_checks_leave_http_threads_free(procs, pg, redis, broker, workdir):
     answer is checked on an API thread while the connection waits suspended:
     with api_key locked, creates with a new key and with made-up well-formed
     keys wait there while a cached link still redirects at once on the two
-    HTTP threads; past api_threads + api_queue one gets 503 at once and stores
-    nothing; once the lock goes the real key's creates are stored (201) and
+    HTTP threads; past api_threads + api_queue one gets 503 "overloaded" at
+    once and stores nothing; once the lock goes the real key's creates are stored (201) and
     the made-up key gets 401. (Before, each such check held an HTTP thread
     for up to 5 s: two of them stalled every connection.)"""
     import psycopg2
@@ -895,6 +904,7 @@ def test_key_checks_leave_http_threads_free(procs, pg, redis, broker, workdir):
         c.close()
         got[name] = (resp.status, body.get("long_url") or body["error"]["code"])
 
+    wait_api_idle(red)
     lock = psycopg2.connect(pg.dsn)
     lock.cursor().execute("LOCK TABLE api_key IN ACCESS EXCLUSIVE MODE")
     threads = []
@@ -908,7 +918,7 @@ def test_key_checks_leave_http_threads_free(procs, pg, redis, broker, workdir):
                 time.sleep(0.02)
         t0 = time.monotonic()
         create("d", "lp_" + os.urandom(24).hex())  # the queue is full
-        assert got == {"d": (503, "database_unavailable")}, got
+        assert got == {"d": (503, "overloaded")}, got
         assert time.monotonic() - t0 < 1.0
         assert_redirects_at_once(red, code)
         assert len(got) == 1, got
@@ -919,7 +929,7 @@ def test_key_checks_leave_http_threads_free(procs, pg, redis, broker, workdir):
         t.join(30)
     assert got == {"a": (201, "https://example.com/keyq-a"), "b": (401, "unauthorized"),
                    "c": (201, "https://example.com/keyq-c"),
-                   "d": (503, "database_unavailable")}, got
+                   "d": (503, "overloaded")}, got
     assert metric(red.port, "linkpulse_redirector_api_pending") == 0
     assert metric(red.port, "linkpulse_redirector_api_refused_total") == 1
     assert pg.psql("SELECT string_agg(long_url, ' ' ORDER BY long_url) FROM url_link "
@@ -953,7 +963,7 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
             got["r"] = type(e).__name__
 
     t = threading.Thread(target=one)
-    kept = [http.client.HTTPConnection("127.0.0.1", red.port, timeout=30) for _ in range(4)]
+    kept = [http.client.HTTPConnection("127.0.0.1", red.port, timeout=30) for _ in range(5)]
     late = {}
 
     def late_one(i, path):
@@ -997,6 +1007,13 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
         body = json.loads(r.read())
         assert (r.status, body["error"]["code"], r.getheader("Connection")) == (
             503, "unavailable", "close"), (r.status, body, r.getheaders())
+        # and so does a create whose key is not cached (its check would wait)
+        kept[4].request("POST", "/api/v1/links", body=json.dumps({"url": "https://example.com/x"}),
+                        headers={"Authorization": "Bearer lp_" + "ab" * 24})
+        r = kept[4].getresponse()
+        body = json.loads(r.read())
+        assert (r.status, body["error"]["code"], r.getheader("Connection")) == (
+            503, "unavailable", "close"), (r.status, body, r.getheaders())
         rc = red.proc.proc.wait(20)
         took = time.monotonic() - t0
         for x in lates:
@@ -1013,10 +1030,10 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
     assert set(late.values()) <= {"RemoteDisconnected", "ConnectionResetError"}, late
     assert "panic" not in out and "stopped with requests unanswered" in out, out[-2000:]
     assert got["r"] in ("RemoteDisconnected", "ConnectionResetError"), got
-    # the visits served, five before the signal and one during the drain,
+    # the visits served, six before the signal and one during the drain,
     # were flushed at exit (linger 1 s)
-    evs = read_events(red.broker, 6, timeout=10, pred=lambda e: e["code"] == hot)
-    assert len(evs) == 6, evs
+    evs = read_events(red.broker, 7, timeout=10, pred=lambda e: e["code"] == hot)
+    assert len(evs) == 7, evs
 
 
 def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
@@ -1034,6 +1051,7 @@ def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
     code = red.create(url="https://example.com/apiq")["code"]
     assert red.get("/" + code).status_code == 302  # cached from here on
     red.api("GET", "/links/" + code)  # the key is in the key cache
+    wait_api_idle(red)
     lock = psycopg2.connect(pg.dsn)
     lock.cursor().execute("LOCK TABLE url_link IN ACCESS EXCLUSIVE MODE")
     got = []
@@ -1069,6 +1087,7 @@ def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
     # Creates the batch workers do not take (an alias, the hash strategy)
     # wait on an API thread too: two of them, the lock held, and a cached
     # link still redirects at once on the two HTTP threads.
+    wait_api_idle(red)
     lock = psycopg2.connect(pg.dsn)
     lock.cursor().execute("LOCK TABLE url_link IN ACCESS EXCLUSIVE MODE")
     created = []
