@@ -187,6 +187,7 @@ rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
              void *opaque)
 {
 	struct consumer *c = opaque;
+	rd_kafka_resp_err_t aerr;
 
 	if (c->retry != NULL) { /* the group's word replaces it */
 		rd_kafka_topic_partition_list_destroy(c->retry);
@@ -200,14 +201,22 @@ rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 		}
 		log_info("assigned %d partitions of %s at their stored offsets", parts->cnt, c->topic);
 		plan_lanes(c, parts);
-		rd_kafka_assign(rk, parts);
+		if ((aerr = rd_kafka_assign(rk, parts)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+			/* not consumed until a re-seek assigns them (main loop) */
+			log_error("assigning %d partitions: %s; re-seeking", parts->cnt,
+			    rd_kafka_err2str(aerr));
+			c->retry = rd_kafka_topic_partition_list_copy(parts);
+		}
 	} else {
 		if (c->drain)
 			c->drain(c->ctx);
-		for (int i = 0; i < parts->cnt; i++)
-			consumer_set_expected(c, parts->elems[i].partition, -1);
+		/* An eager revoke takes the whole assignment, whichever
+		 * partitions the list names (after a failed re-assign, none). */
+		for (int32_t i = 0; i < c->nexpected; i++)
+			c->expected[i] = -1;
 		log_info("revoked %d partitions (%s)", parts->cnt, rd_kafka_err2str(err));
-		rd_kafka_assign(rk, NULL);
+		if ((aerr = rd_kafka_assign(rk, NULL)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+			log_warnx("unassigning: %s", rd_kafka_err2str(aerr));
 	}
 }
 
@@ -302,6 +311,12 @@ rd_kafka_message_t *
 consumer_poll(struct consumer *c, int timeout_ms)
 {
 	return rd_kafka_consumer_poll(c->rk, timeout_ms);
+}
+
+int
+consumer_retry_pending(const struct consumer *c)
+{
+	return c->retry != NULL;
 }
 
 int

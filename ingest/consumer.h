@@ -56,6 +56,10 @@ int consumer_lane(struct consumer *c, int32_t partition);
  * refused to read or set the assignment (logged; the caller recovers again). */
 int consumer_reseek(struct consumer *c);
 
+/* 1 when partitions wait for a re-seek to assign them (a failed assign in
+ * the rebalance callback or in consumer_reseek): the caller recovers. */
+int consumer_retry_pending(const struct consumer *c);
+
 /* Low and high watermarks of partition asked from the broker. Returns 0 or -1. */
 int consumer_watermarks(struct consumer *c, int32_t partition, int64_t *low, int64_t *high,
                         char *errstr, size_t errstr_size);

@@ -558,10 +558,12 @@ store_offsets(struct loader *l, const int32_t *parts, const int64_t *next, int n
 		free(oa);
 		return -1;
 	}
+	/* in partition order, so that two writers of the same partitions (a
+	 * member the group replaced, still loading) lock the rows alike */
 	r = exec_params(l, "store offsets",
 	    "INSERT INTO ingest_offset AS t (consumer_group, topic, kafka_partition, next_offset,"
 	    " update_time) SELECT $1, $2, p, o, now() FROM unnest($3::int[], $4::bigint[]) AS u(p, o)"
-	    " ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET next_offset ="
+	    " ORDER BY p ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET next_offset ="
 	    " CASE WHEN $5::bool THEN EXCLUDED.next_offset"
 	    " ELSE greatest(t.next_offset, EXCLUDED.next_offset) END, update_time = now()",
 	    5, params, errstr, errstr_size);

@@ -404,7 +404,7 @@ run(struct app *a)
 
 		if (hup_flag)
 			reload(a);
-		if (a->failed || builder_failed(a->builder)) {
+		if (a->failed || builder_failed(a->builder) || consumer_retry_pending(a->cons)) {
 			recover(a);
 			continue;
 		}
