@@ -24,17 +24,11 @@ struct consumer {
 	int64_t *expected;  /* indexed by partition, -1 unassigned */
 	int *lane;          /* indexed by partition: its loading lane */
 	int32_t nexpected;  /* entries of both */
-	/* owned: the partitions a re-seek failed to assign (the assignment
-	 * was already cleared), for the next re-seek; NULL none */
+	/* owned: the partitions a re-seek is to assign (an assign failed, or
+	 * their stored offsets could not be read, in the rebalance callback
+	 * or a re-seek); NULL none */
 	rd_kafka_topic_partition_list_t *retry;
 };
-
-static void
-sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
 
 /* Makes partition an index of c->expected and c->lane. Returns 0 or -1. */
 static int
@@ -84,14 +78,17 @@ consumer_expected(struct consumer *c, int32_t partition)
 	return c->expected[partition];
 }
 
-/* Sets every partition of parts to its stored offset (0 without a row),
- * retrying PostgreSQL with backoff. Returns 0, or -1 when stopped first. */
+/* Sets every partition of parts to its stored offset (0 without a row).
+ * Returns 0, or -1 when PostgreSQL could not tell (logged): one try, never a
+ * wait, as librdkafka's callbacks must return in time (a member that stops
+ * polling for max.poll.interval.ms leaves the group); the caller's recovery
+ * retries with backoff while it polls. */
 static int
 fill_stored_offsets(struct consumer *c, rd_kafka_topic_partition_list_t *parts)
 {
 	int32_t *ids = NULL;
 	int64_t *offs = NULL;
-	int n = parts->cnt, backoff = 100, rc = -1;
+	int n = parts->cnt, rc = -1;
 	char err[512];
 
 	if (n == 0)
@@ -102,14 +99,11 @@ fill_stored_offsets(struct consumer *c, rd_kafka_topic_partition_list_t *parts)
 		goto out;
 	for (int i = 0; i < n; i++)
 		ids[i] = parts->elems[i].partition;
-	while (loader_read_offsets(c->loader, ids, n, offs, err, sizeof(err)) < 0) {
-		if (*c->stop)
-			goto out;
-		log_error("reading stored offsets: %s; retrying in %d ms", err, backoff);
+	if (loader_read_offsets(c->loader, ids, n, offs, err, sizeof(err)) < 0) {
+		log_error("reading stored offsets: %s", err);
 		if (c->offsets_unreadable)
 			c->offsets_unreadable(c->ctx, 1);
-		sleep_ms(backoff);
-		backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+		goto out;
 	}
 	if (c->offsets_unreadable)
 		c->offsets_unreadable(c->ctx, 0);
@@ -194,8 +188,17 @@ rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 		c->retry = NULL;
 	}
 	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-		if (fill_stored_offsets(c, parts) < 0) {
+		if (*c->stop) {
 			log_warnx("stopping: not assigning %d partitions", parts->cnt);
+			rd_kafka_assign(rk, NULL);
+			return;
+		}
+		if (fill_stored_offsets(c, parts) < 0) {
+			/* assigned by the main loop's recovery once it can read
+			 * them (it polls meanwhile: the group keeps this member) */
+			log_warnx("not assigning %d partitions until their stored offsets "
+			    "can be read", parts->cnt);
+			c->retry = rd_kafka_topic_partition_list_copy(parts);
 			rd_kafka_assign(rk, NULL);
 			return;
 		}
@@ -335,7 +338,7 @@ consumer_reseek(struct consumer *c)
 		return -1;
 	}
 	if (fill_stored_offsets(c, parts) < 0) {
-		rd_kafka_topic_partition_list_destroy(parts);
+		c->retry = parts; /* the next try's, whatever is assigned then */
 		return -1;
 	}
 	plan_lanes(c, parts); /* drained above: e.g. a backlog after an outage */

@@ -49,11 +49,12 @@ void consumer_set_expected(struct consumer *c, int32_t partition, int64_t next);
  * every one seen so far). */
 int consumer_lane(struct consumer *c, int32_t partition);
 
-/* Reads the stored offsets of every assigned partition from PostgreSQL
- * (retrying with backoff until it succeeds or *stop) and re-assigns them
+/* Reads the stored offsets of every assigned partition (or of those a
+ * failed assign left waiting) from PostgreSQL, one try, and re-assigns them
  * there, discarding whatever was fetched; the lanes are planned again (the
- * drain hook runs first). Returns 0, or -1 when stopped or when librdkafka
- * refused to read or set the assignment (logged; the caller recovers again). */
+ * drain hook runs first). Returns 0, or -1 when PostgreSQL could not tell or
+ * librdkafka refused to read or set the assignment (logged; the partitions
+ * wait for the caller's next recovery, which polls meanwhile). */
 int consumer_reseek(struct consumer *c);
 
 /* 1 when partitions wait for a re-seek to assign them (a failed assign in
