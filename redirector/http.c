@@ -184,6 +184,12 @@ queue(struct http_req *req, unsigned status, struct MHD_Response *resp)
 }
 
 enum MHD_Result
+http_respond(struct http_req *req, unsigned status, struct MHD_Response *resp)
+{
+	return queue(req, status, resp);
+}
+
+enum MHD_Result
 http_text(struct http_req *req, unsigned status, const char *content_type,
           const char *text, size_t len)
 {

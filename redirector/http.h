@@ -182,6 +182,11 @@ enum MHD_Result http_redirect(struct http_req *req, unsigned status, const char 
  * 0x80 or more as %XX, as browsers send it. http_redirect queues one;
  * redirect.c prepares one per cached link. */
 struct MHD_Response *http_redirect_response(const char *location);
+/* Answers with resp (taken: destroyed here; NULL: out of memory, the
+ * connection closes), as the helpers below do: "Connection: close" while the
+ * server drains, kept for later on an offload thread. */
+enum MHD_Result http_respond(struct http_req *req, unsigned status, struct MHD_Response *resp);
+
 enum MHD_Result http_text(struct http_req *req, unsigned status, const char *content_type,
                           const char *text, size_t len);
 

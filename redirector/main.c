@@ -240,7 +240,6 @@ static enum MHD_Result
 metrics_answer(struct app *app, struct http_req *req)
 {
 	struct MHD_Response *resp;
-	enum MHD_Result r;
 
 	if (!clientip_peer_trusted(app->metrics_allow, req->peer))
 		return http_error(req, 404, "not_found", NULL, "no such short link");
@@ -248,10 +247,7 @@ metrics_answer(struct app *app, struct http_req *req)
 		return http_not_allowed(req, "GET, HEAD");
 	if ((resp = metricsd_response(app->metrics)) == NULL)
 		return http_error(req, 500, "internal", NULL, "out of memory");
-	req->status = 200;
-	r = MHD_queue_response(req->conn, 200, resp);
-	MHD_destroy_response(resp);
-	return r;
+	return http_respond(req, 200, resp);
 }
 
 /* A create, edit or deletion of code through this process (api.c): its

@@ -963,7 +963,7 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
             got["r"] = type(e).__name__
 
     t = threading.Thread(target=one)
-    kept = [http.client.HTTPConnection("127.0.0.1", red.port, timeout=30) for _ in range(5)]
+    kept = [http.client.HTTPConnection("127.0.0.1", red.port, timeout=30) for _ in range(6)]
     late = {}
 
     def late_one(i, path):
@@ -995,6 +995,10 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
         r = kept[0].getresponse()
         r.read()
         assert (r.status, r.getheader("Connection")) == (302, "close"), r.getheaders()
+        kept[5].request("GET", "/metrics")  # so does a scrape (it did not close)
+        r = kept[5].getresponse()
+        assert b"linkpulse_redirector_cold_lookups_pending" in r.read()
+        assert (r.status, r.getheader("Connection")) == (200, "close"), r.getheaders()
         lates = [threading.Thread(target=late_one, args=(1, "/NoSuchStuck2")),
                  threading.Thread(target=late_one, args=(2, "/api/v1/links/NoSuchStuck3"))]
         for x in lates:
@@ -1030,10 +1034,10 @@ def test_sigterm_with_a_lookup_stuck(procs, pg, redis, broker, workdir):
     assert set(late.values()) <= {"RemoteDisconnected", "ConnectionResetError"}, late
     assert "panic" not in out and "stopped with requests unanswered" in out, out[-2000:]
     assert got["r"] in ("RemoteDisconnected", "ConnectionResetError"), got
-    # the visits served, six before the signal and one during the drain,
+    # the visits served, seven before the signal and one during the drain,
     # were flushed at exit (linger 1 s)
-    evs = read_events(red.broker, 7, timeout=10, pred=lambda e: e["code"] == hot)
-    assert len(evs) == 7, evs
+    evs = read_events(red.broker, 8, timeout=10, pred=lambda e: e["code"] == hot)
+    assert len(evs) == 8, evs
 
 
 def test_api_calls_leave_http_threads_free(procs, pg, redis, broker, workdir):
