@@ -91,8 +91,11 @@ fill_stored_offsets(struct consumer *c, rd_kafka_topic_partition_list_t *parts)
 	int n = parts->cnt, rc = -1;
 	char err[512];
 
-	if (n == 0)
+	if (n == 0) { /* nothing to read: whatever failed before is moot */
+		if (c->offsets_unreadable)
+			c->offsets_unreadable(c->ctx, 0);
 		return 0;
+	}
 	ids = calloc((size_t)n, sizeof(*ids));
 	offs = calloc((size_t)n, sizeof(*offs));
 	if (ids == NULL || offs == NULL)
@@ -198,7 +201,9 @@ rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 			 * them (it polls meanwhile: the group keeps this member) */
 			log_warnx("not assigning %d partitions until their stored offsets "
 			    "can be read", parts->cnt);
-			c->retry = rd_kafka_topic_partition_list_copy(parts);
+			if ((c->retry = rd_kafka_topic_partition_list_copy(parts)) == NULL)
+				log_error("out of memory: %d partitions stay unassigned until "
+				    "the next rebalance", parts->cnt);
 			rd_kafka_assign(rk, NULL);
 			return;
 		}
@@ -338,7 +343,7 @@ consumer_reseek(struct consumer *c)
 		return -1;
 	}
 	if (fill_stored_offsets(c, parts) < 0) {
-		c->retry = parts; /* the next try's, whatever is assigned then */
+		c->retry = parts; /* for the next try (they may still be assigned) */
 		return -1;
 	}
 	plan_lanes(c, parts); /* drained above: e.g. a backlog after an outage */

@@ -774,11 +774,13 @@ loader_lane_load(struct loader *l, int k, const struct batch *b, struct loader_r
 	return load(lane(l, k), b, res, errstr, errstr_size);
 }
 
+#define OFFSETS_READ_TIMEOUT_MS 10000
+
 int
 loader_read_offsets(struct loader *l, const int32_t *partitions, int n, int64_t *offsets,
                     char *errstr, size_t errstr_size)
 {
-	char *pa;
+	char *pa, tmo[64];
 	const char *params[3];
 	PGresult *r;
 	int rc = 0;
@@ -792,11 +794,23 @@ loader_read_offsets(struct loader *l, const int32_t *partitions, int n, int64_t 
 	params[0] = l->group;
 	params[1] = l->topic;
 	params[2] = pa;
-	r = exec_params(l, "read offsets", "SELECT kafka_partition, next_offset FROM ingest_offset"
-	    " WHERE consumer_group = $1 AND topic = $2 AND kafka_partition = ANY ($3::int[])",
-	    3, params, errstr, errstr_size);
+	/* Read in librdkafka's rebalance callback, which must return well
+	 * within max.poll.interval.ms: at most OFFSETS_READ_TIMEOUT_MS, however
+	 * long pg_statement_timeout_ms lets the loads run. */
+	snprintf(tmo, sizeof(tmo), "SET LOCAL statement_timeout = %d",
+	    l->statement_timeout_ms > 0 && l->statement_timeout_ms < OFFSETS_READ_TIMEOUT_MS ?
+	    l->statement_timeout_ms : OFFSETS_READ_TIMEOUT_MS);
+	r = NULL;
+	if (exec_ok(l, "BEGIN", errstr, errstr_size) == 0 && exec_ok(l, tmo, errstr, errstr_size) == 0)
+		r = exec_params(l, "read offsets", "SELECT kafka_partition, next_offset FROM "
+		    "ingest_offset WHERE consumer_group = $1 AND topic = $2 AND "
+		    "kafka_partition = ANY ($3::int[])", 3, params, errstr, errstr_size);
 	free(pa);
-	if (r == NULL) {
+	if (r != NULL && exec_ok(l, "COMMIT", errstr, errstr_size) < 0) {
+		PQclear(r);
+		r = NULL;
+	}
+	if (r == NULL) { /* the transaction goes with the connection */
 		drop_conn(l);
 		return -1;
 	}

@@ -49,7 +49,8 @@ int loader_lane_load(struct loader *l, int k, const struct batch *b, struct load
  * 0 or -1. */
 int loader_connect(struct loader *l, char *errstr, size_t errstr_size);
 /* Reads ingest_offset for the n partitions: offsets[i] = stored next offset,
- * or -1 when there is no row. Returns 0 or -1. */
+ * or -1 when there is no row; the statement runs 10 s at most (it is called
+ * in librdkafka's rebalance callback). Returns 0 or -1. */
 int loader_read_offsets(struct loader *l, const int32_t *partitions, int n, int64_t *offsets,
                         char *errstr, size_t errstr_size);
 /* Records [from, to) of partition as lost (to -1: unknown) with reason, and

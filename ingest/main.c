@@ -259,17 +259,22 @@ reseek(struct app *a)
 static void
 recover(struct app *a)
 {
+	/* A batch failed (logged and counted already), or partitions only wait
+	 * for their stored offsets (consumer_retry_pending): nothing lost then. */
+	int lost = builder_failed(a->builder) || !consumer_retry_pending(a->cons);
 	int backoff = 200;
 	char err[512];
 
-	builder_reset(a->builder); /* the failure is logged and counted already */
+	if (lost)
+		a->unloaded = 1;
+	builder_reset(a->builder);
 	a->taken = 0;
-	a->unloaded = 1;
 	if (a->recovered_ms > 0 && monotime_ms() - a->recovered_ms < 10000) {
 		a->retry_ms = a->retry_ms == 0 ? 200 : 2 * a->retry_ms;
 		if (a->retry_ms > 5000)
 			a->retry_ms = 5000;
-		log_error("loading failed again %lld ms after recovering; retrying in %d ms",
+		log_error("%s %lld ms after recovering; retrying in %d ms",
+		    lost ? "loading failed again" : "the stored offsets still cannot be read",
 		    (long long)(monotime_ms() - a->recovered_ms), a->retry_ms);
 		idle_poll(a, a->retry_ms);
 	} else {

@@ -305,6 +305,29 @@ def test_lock_wait_fails_the_batch_and_is_retried(procs, pg, broker):
     ing.stop()
 
 
+def test_sigterm_while_stored_offsets_cannot_be_read(procs, pg, broker):
+    """The stored offsets read at an assignment runs 10 s at most whatever
+    pg_statement_timeout_ms says (0 here: no limit; librdkafka's rebalance
+    callback must return in time), and a SIGTERM while the partitions wait
+    for it (nothing consumed, nothing lost) exits 0. Until the forty-fifth
+    session the callback retried by itself; in that session's first change
+    such a stop exited 1 saying a batch could not be loaded."""
+    produce(broker.bootstrap, broker.topic, [EventGen(seed=17).event() for _ in range(5)])
+    with table_locked(pg, "ingest_offset"):
+        ing = start_ingest(procs, pg, broker, pg_statement_timeout_ms=0)
+        deadline = time.time() + 40
+        while "until their stored offsets can be read" not in ing.output():
+            assert time.time() < deadline, ing.output()[-3000:]
+            time.sleep(0.1)
+        assert "canceling statement due to statement timeout" in ing.output(), \
+            ing.output()[-3000:]
+        rc = ing.stop()
+    out = ing.output()
+    assert rc == 0, out[-3000:]
+    assert "could not be loaded" not in out, out[-3000:]
+    assert counts(pg) == (0, 0)
+
+
 def test_healthz_503_while_stored_offsets_cannot_be_read(procs, pg, broker):
     """While the stored offsets cannot be read (here ingest_offset locked by
     an operator, each read failing after pg_statement_timeout_ms; at a
