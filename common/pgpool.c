@@ -244,11 +244,10 @@ pgpool_exec_timeout(PGconn *c, const char *sql, int nparams, const char *const *
 	}
 	if (cancelled_at != 0 && (PQresultStatus(last) == PGRES_TUPLES_OK ||
 	    PQresultStatus(last) == PGRES_COMMAND_OK)) {
-		/* Done before the cancel landed, which PQcancel returned only
-		 * after the server had signalled the backend: a statement of
-		 * ours takes it (or the idle backend ignored it), not the next
-		 * user's of this connection. */
-		PQclear(PQexec(c, "SELECT 1"));
+		/* Done before the cancel landed, which may still reach the
+		 * backend's next statement: c is left busy with one of ours,
+		 * unread, so that pgpool_put closes it (never waiting on it). */
+		(void)PQsendQuery(c, "SELECT 1");
 	} else if (cancelled_at != 0) {
 		PQclear(last);
 		if (sqlstate != NULL)

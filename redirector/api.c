@@ -388,9 +388,8 @@ serve(struct api *a, struct http_req *req, const char *sub)
 	else if ((key = apikey_check(a->pg, auth + 7, errstr, sizeof(errstr))) < 0)
 		log_warnx("api key check: %s", errstr);
 	if (key < 0 && req->body_verdict != HTTP_KEEP_NOT_ASKED)
-		/* PostgreSQL busy or down, or the API threads' queue full, when
-		 * the headers came: the body was dropped, the request is not a
-		 * bad one */
+		/* PostgreSQL busy or down when the headers came: the body was
+		 * dropped, the request is not a bad one */
 		return http_error(req, 503, "database_unavailable", NULL,
 		    "could not check the API key when the request arrived: try again");
 	if (key < 0)

@@ -50,6 +50,9 @@ struct http_server {
 	 * two contended atomic updates per call) */
 	struct handler_slot *in_handler;
 	atomic_int resuming;  /* http_resume calls inside MHD_resume_connection */
+	atomic_int held;      /* requests whose key was checked off their thread
+	                       * and kept: their bodies come, then their handlers
+	                       * run (the drain's first half waits for them) */
 };
 
 /* This thread's slot (libmicrohttpd calls a connection's callbacks on
@@ -84,9 +87,8 @@ struct reqstate {
 	int started;    /* the headers-only first call has been seen */
 	long long verdict;         /* keep_body's, or HTTP_KEEP_NOT_ASKED */
 	struct keep_ask *asking;   /* owned: keep_body asked off this thread */
-	int held;                  /* asked off this thread: still counted in
-	                            * deferred until the handler ran, so that the
-	                            * drain's first half waits for it */
+	int held;                  /* asked off this thread and kept: counted in
+	                            * the server's held until the handler ran */
 	int reject;     /* 400 or 431 found in the headers (answered at the end) */
 	const char *reject_why;
 	double start;
@@ -143,10 +145,12 @@ completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 		st->resume_fn(st->resume_arg, NULL);
 		atomic_fetch_sub(&st->server->deferred, 1);
 	}
-	if (st->asking != NULL || st->held) { /* asked off its thread, not answered */
+	if (st->asking != NULL) { /* asked off its thread, never called again */
 		free(st->asking);
 		atomic_fetch_sub(&st->server->deferred, 1);
 	}
+	if (st->held)
+		atomic_fetch_sub(&st->server->held, 1);
 	if (st->captured != NULL)
 		MHD_destroy_response(st->captured);
 	atomic_fetch_sub(&my_handler_slot(st->server)->active, 1);
@@ -725,7 +729,14 @@ access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
 		set_verdict(st, st->asking->verdict);
 		free(st->asking);
 		st->asking = NULL;
-		st->held = 1;
+		/* A kept body is still to come: counted as held (before it stops
+		 * counting as deferred) so that the drain's first half waits for
+		 * its handler; a refused one is answered without a deferral. */
+		if (st->verdict > 0) {
+			st->held = 1;
+			atomic_fetch_add(&s->held, 1);
+		}
+		atomic_fetch_sub(&s->deferred, 1);
 		return MHD_YES;
 	}
 	if (*upload_data_size > 0) {
@@ -820,7 +831,7 @@ access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
 		s->observe(s->ctx, &req);
 	if (st->held) {  /* after the handler, which may have deferred it anew */
 		st->held = 0;
-		atomic_fetch_sub(&s->deferred, 1);
+		atomic_fetch_sub(&s->held, 1);
 	}
 	return r;
 }
@@ -1087,7 +1098,15 @@ http_stop(struct http_server *s, int drain_ms)
 	 * answer closing its connection, until the deferred ones (waiting on
 	 * a lookup, an API call or a create) are answered. */
 	atomic_store(&s->stopping, 1);
-	wait_zero(&s->deferred, t0 + drain_ms / 2);
+	/* ... and the held ones (keys checked off their threads, bodies
+	 * coming) have run their handlers; phase 2 no longer waits for those
+	 * (a slow upload would hold the stop to its deadline): their handlers
+	 * then answer 503 "unavailable" */
+	while (monotime_ms() < t0 + drain_ms / 2) {
+		wait_zero(&s->deferred, t0 + drain_ms / 2);
+		if (!wait_zero(&s->held, t0 + drain_ms / 2) || atomic_load(&s->deferred) <= 0)
+			break;
+	}
 	/* Phase 2: requests are still served, but none is deferred any more
 	 * (http_defer refuses: the handler answers 503 "unavailable"), while
 	 * those deferred are answered. A call that read closed before it was
