@@ -83,7 +83,6 @@ struct reqstate {
 	size_t len, cap;
 	int too_big;
 	int discard;    /* the body is read and dropped, not kept */
-	int refused;    /* discarded because keep_body said no */
 	int started;    /* the headers-only first call has been seen */
 	long long verdict;         /* keep_body's, or HTTP_KEEP_NOT_ASKED */
 	struct keep_ask *asking;   /* owned: keep_body asked off this thread */
@@ -626,6 +625,23 @@ static enum MHD_Result access_run(struct http_server *s, struct MHD_Connection *
                                   const char *upload_data, size_t *upload_data_size,
                                   void **req_cls);
 
+/* Suspends st's connection, counted as deferred (http_stop waits for it):
+ * 0, or -1 when the server no longer defers (nothing suspended). Counted
+ * before closed is read, as http_stop sets closed before it waits for the
+ * handlers running and then reads the count: either it waits for this one
+ * or this one sees closed. */
+static int
+suspend(struct reqstate *st)
+{
+	atomic_fetch_add(&st->server->deferred, 1);
+	if (atomic_load(&st->server->closed)) {
+		atomic_fetch_sub(&st->server->deferred, 1);
+		return -1;
+	}
+	MHD_suspend_connection(st->conn);
+	return 0;
+}
+
 /* keep_body asked on a keep_body_queue thread while the connection waits
  * suspended in its headers-only first call; libmicrohttpd makes that call
  * again once it is resumed. */
@@ -663,15 +679,12 @@ keep_ask(struct http_server *s, struct reqstate *st, const char *path, const cha
 	memcpy(k->auth, auth, na);
 	k->path = k->auth + na;
 	memcpy(k->path, path, np);
-	/* counted before closed is read, as in http_defer */
-	atomic_fetch_add(&s->deferred, 1);
-	if (atomic_load(&s->closed)) {
-		atomic_fetch_sub(&s->deferred, 1);
+	st->asking = k;
+	if (suspend(st) < 0) {
+		st->asking = NULL;
 		free(k);
 		return HTTP_KEEP_STOPPING;
 	}
-	st->asking = k;
-	MHD_suspend_connection(st->conn);
 	if (workq_submit(s->keep_body_queue, keep_ask_main, k) < 0)
 		http_resume((struct http_deferred *)(void *)st);
 	return HTTP_KEEP_ASK_LATER;
@@ -682,7 +695,7 @@ set_verdict(struct reqstate *st, long long v)
 {
 	st->verdict = v;
 	if (v <= 0)
-		st->discard = st->refused = 1;
+		st->discard = 1;
 }
 
 /* Every call libmicrohttpd makes for a request (headers, body, the end). */
@@ -805,7 +818,6 @@ access_run(struct http_server *s, struct MHD_Connection *conn, const char *url,
 	req.query = q ? q + 1 : NULL;
 	req.body = st->len ? st->body : NULL;
 	req.body_len = st->len;
-	req.body_refused = st->refused;
 	req.body_verdict = st->verdict;
 	req.start = st->start;
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -841,17 +853,12 @@ http_defer(struct http_req *req, http_resume_fn fn, void *arg)
 {
 	struct reqstate *st = req->priv;
 
-	/* Counted before closed is read, as http_stop sets closed before it
-	 * waits for the handlers running and then reads the count: either it
-	 * waits for this one or this one sees closed. */
-	atomic_fetch_add(&st->server->deferred, 1);
-	if (atomic_load(&st->server->closed)) {
-		atomic_fetch_sub(&st->server->deferred, 1);
-		return NULL;
-	}
 	st->resume_fn = fn;
 	st->resume_arg = arg;
-	MHD_suspend_connection(st->conn);
+	if (suspend(st) < 0) {
+		st->resume_fn = NULL;
+		return NULL;
+	}
 	return (struct http_deferred *)(void *)st;
 }
 

@@ -18,8 +18,6 @@ struct http_req {
 	const char *query;   /* raw query after '?', or NULL (points into rawuri) */
 	const char *body;    /* NUL-terminated request body (ours), or NULL */
 	size_t body_len;
-	int body_refused;    /* a body-taking request whose body keep_body
-	                      * refused (read and dropped) */
 	long long body_verdict; /* keep_body's answer: > 0 the body was kept,
 	                      * 0, -1, HTTP_KEEP_STOPPING or HTTP_KEEP_OVERLOADED
 	                      * refused; HTTP_KEEP_NOT_ASKED */
