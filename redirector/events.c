@@ -95,6 +95,17 @@ fail_log(struct events *ev, const char *what, const char *why)
  * twenty-first session). Its delivered count is derived in events_stats; the
  * replay producer reports every delivery, as replay_file waits for them.
  */
+/* Errors with which Kafka refuses a message for good: sent again, it is
+ * refused again, so a spool file holding it would never be done. */
+static int
+refused_for_good(rd_kafka_resp_err_t err)
+{
+	return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+	    err == RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE ||
+	    err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE ||
+	    err == RD_KAFKA_RESP_ERR_INVALID_RECORD;
+}
+
 static void
 dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
@@ -116,8 +127,12 @@ dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 		if (!replay) {
 			atomic_fetch_add(&ev->live_failed, 1);
 			to_spool(ev, m->key, m->key_len, m->payload, m->len);
-		} else {
+		} else if (!refused_for_good(m->err) ||
+		    spool_refuse(ev->spool, m->key, m->key_len, m->payload, m->len) < 0) {
 			atomic_fetch_add(&ev->replay_failed, 1);
+		} else {
+			log_error("events: Kafka refused a replayed visit event for good (%s): "
+			    "kept in %s/refused.spool", rd_kafka_err2str(m->err), ev->spool_dir);
 		}
 		atomic_fetch_add(&ev->failed, 1);
 		fail_log(ev, "delivery failed", rd_kafka_err2str(m->err));
@@ -197,12 +212,14 @@ make_producer(struct events *ev, const struct events_conf *conf, int replay, cha
               size_t errstr_size)
 {
 	rd_kafka_conf_t *kc = rd_kafka_conf_new();
-	char linger[16], qmax[16], tmo[16];
+	char linger[16], qmax[16], tmo[16], maxb[16];
 	rd_kafka_t *rk;
 
 	snprintf(linger, sizeof(linger), "%d", conf->linger_ms);
 	snprintf(qmax, sizeof(qmax), "%d", conf->queue_max_messages);
 	snprintf(tmo, sizeof(tmo), "%d", conf->message_timeout_ms);
+	snprintf(maxb, sizeof(maxb), "%d", conf->message_max_bytes > 0 ? conf->message_max_bytes :
+	    1000000);
 	if (set(kc, "bootstrap.servers", conf->bootstrap, errstr, errstr_size) < 0 ||
 	    set(kc, "client.id", replay ? "linkpulse-redirector-replay" : "linkpulse-redirector",
 	    errstr, errstr_size) < 0 ||
@@ -214,6 +231,7 @@ make_producer(struct events *ev, const struct events_conf *conf, int replay, cha
 	    set(kc, "linger.ms", linger, errstr, errstr_size) < 0 ||
 	    set(kc, "queue.buffering.max.messages", qmax, errstr, errstr_size) < 0 ||
 	    set(kc, "message.timeout.ms", tmo, errstr, errstr_size) < 0 ||
+	    set(kc, "message.max.bytes", maxb, errstr, errstr_size) < 0 ||
 	    set(kc, "log.connection.close", "false", errstr, errstr_size) < 0) {
 		rd_kafka_conf_destroy(kc);
 		return NULL;
@@ -857,6 +875,13 @@ replay_record(void *ctx, const char *key, size_t klen, const char *val, size_t v
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 			return 0;
 		atomic_fetch_sub(&ev->replay_outstanding, 1);
+		if (refused_for_good(err) && spool_refuse(ev->spool, key, klen, val, vlen) == 0) {
+			/* the records after it go on */
+			log_error("events: Kafka refuses a spooled visit event for good (%s, %zu "
+			    "bytes): kept in %s/refused.spool", rd_kafka_err2str(err), vlen,
+			    ev->spool_dir);
+			return 0;
+		}
 		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
 			log_warnx("events: replay stopped: %s", rd_kafka_err2str(err));
 			return 1;
@@ -1126,11 +1151,12 @@ events_close(struct events *ev)
 		spool_stop(ev->spool);
 		events_stats(ev, &st);
 		log_info("events: events=%llu produced=%llu delivered=%llu failed=%llu spooled=%llu "
-		    "replayed=%llu spool_dropped=%llu spool_bytes=%llu",
+		    "replayed=%llu spool_dropped=%llu spool_bytes=%llu spool_refused=%llu",
 		    (unsigned long long)st.events, (unsigned long long)st.produced,
 		    (unsigned long long)st.delivered, (unsigned long long)st.failed,
 		    (unsigned long long)st.spooled, (unsigned long long)st.replayed,
-		    (unsigned long long)st.spool_dropped, (unsigned long long)st.spool_bytes);
+		    (unsigned long long)st.spool_dropped, (unsigned long long)st.spool_bytes,
+		    (unsigned long long)st.spool_refused);
 	}
 	spool_close(ev->spool);
 	free(ev->spool_dir);
@@ -1211,6 +1237,7 @@ events_stats(struct events *ev, struct events_stats *out)
 	out->failed = atomic_load(&ev->failed);
 	out->spooled = atomic_load(&ev->spooled);
 	out->spool_dropped = ss.dropped;
+	out->spool_refused = ss.refused;
 	out->spool_bytes = ss.bytes;
 	out->connected = events_connected(ev);
 	out->replay_stopped = atomic_load(&ev->replay_fatal) != 0;

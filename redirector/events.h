@@ -15,6 +15,7 @@ struct events_conf {
 	int linger_ms;               /* linger.ms (batching) */
 	int queue_max_messages;      /* queue.buffering.max.messages; beyond: spool */
 	int message_timeout_ms;      /* message.timeout.ms; undelivered by then: spool */
+	int message_max_bytes;       /* message.max.bytes (0: librdkafka's 1,000,000) */
 	int shutdown_flush_ms;       /* bounded wait for delivery at shutdown */
 	uint64_t spool_max_bytes;
 	int spool_fsync_ms;
@@ -49,6 +50,8 @@ struct events_stats {
 	uint64_t replayed;      /* spooled events delivered by the replayer */
 	uint64_t spool_dropped; /* lost: the spool full, a failed write, a record
 	                         * past its bounds, held in memory at exit */
+	uint64_t spool_refused; /* spooled, refused by Kafka for good, kept in
+	                         * refused.spool (spool_refuse) */
 	uint64_t spool_bytes;   /* bytes in the spool now */
 	uint64_t queued;        /* messages in librdkafka's queues now (live and
 	                         * replay producers) */

@@ -80,6 +80,7 @@ struct redirector_conf {
 	long long kafka_linger_ms;
 	long long kafka_queue_max_messages;
 	long long kafka_message_timeout_ms;
+	long long kafka_message_max_bytes;
 	long long shutdown_flush_ms;
 	long long shutdown_drain_ms;
 	long long spool_max_bytes;
@@ -175,6 +176,10 @@ static const struct cfg_opt redirector_tab[] = {
 	  "linger.ms: how long events wait to be batched" },
 	{ "kafka_queue_max_messages", CFG_INT, "100000", 1, 10000000, NULL, OFF(kafka_queue_max_messages), 0,
 	  "librdkafka queue size (queue.buffering.max.messages); beyond it events go to the spool" },
+	{ "kafka_message_max_bytes", CFG_INT, "1000000", 1000, 100000000, NULL, OFF(kafka_message_max_bytes), 0,
+	  "message.max.bytes: the largest event Kafka is asked to take (keep it at most the "
+	  "topic's max.message.bytes); a spooled event Kafka refuses for good goes to "
+	  "spool_dir/refused.spool" },
 	{ "kafka_message_timeout_ms", CFG_INT, "30000", 1000, 3600000, NULL, OFF(kafka_message_timeout_ms), 0,
 	  "message.timeout.ms: events undelivered after this go to the spool" },
 	{ "shutdown_flush_ms", CFG_INT, "5000", 0, 50000, NULL, OFF(shutdown_flush_ms), 0,
@@ -231,7 +236,8 @@ struct app {
 	struct metrics_family *requests;  /* by status */
 	struct metrics_series *latency;
 	struct metrics_series *_Atomic by_status[600]; /* requests series cache */
-	struct metrics_series *ev[10], *cache[4], *pool_size, *replay_stopped, *cold[2], *api_m[2];
+	struct metrics_series *ev[10], *cache[4], *pool_size, *replay_stopped, *cold[2], *api_m[2],
+	    *spool_refused;
 };
 
 /* GET /metrics for addresses in metrics_allow; 404 (like any unknown path
@@ -437,6 +443,7 @@ collect(void *arg)
 	metrics_set(app->ev[8], app->events != NULL && es.connected);
 	metrics_set(app->ev[9], (double)es.pending);
 	metrics_set(app->replay_stopped, es.replay_stopped);
+	metrics_counter_set(app->spool_refused, es.spool_refused);
 	memset(&cs, 0, sizeof(cs));
 	if (app->redir != NULL)
 		redirect_cache_stats(app->redir, &cs);
@@ -508,6 +515,8 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		  "API calls other than creates, and key checks of calls with a body, waiting for or running on an API thread now." },
 		{ METRICS_COUNTER, "linkpulse_redirector_api_refused_total",
 		  "API calls answered 503 overloaded: api_queue calls were already waiting." },
+		{ METRICS_COUNTER, "linkpulse_redirector_events_spool_refused_total",
+		  "Spooled visit events Kafka refused for good (past kafka_message_max_bytes, or invalid), kept in spool_dir/refused.spool and not replayed." },
 	};
 	struct metrics_series *out[sizeof(defs) / sizeof(defs[0])];
 	struct metrics_family *f;
@@ -546,6 +555,7 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 	app->cold[1] = out[17];
 	app->api_m[0] = out[18];
 	app->api_m[1] = out[19];
+	app->spool_refused = out[20];
 	return metrics_on_collect(app->metrics, collect, app);
 }
 
@@ -646,6 +656,7 @@ serve(struct app *app)
 		ec.linger_ms = (int)cf->kafka_linger_ms;
 		ec.queue_max_messages = (int)cf->kafka_queue_max_messages;
 		ec.message_timeout_ms = (int)cf->kafka_message_timeout_ms;
+		ec.message_max_bytes = (int)cf->kafka_message_max_bytes;
 		ec.shutdown_flush_ms = (int)cf->shutdown_flush_ms;
 		ec.spool_max_bytes = (uint64_t)cf->spool_max_bytes;
 		ec.spool_fsync_ms = (int)cf->spool_fsync_ms;

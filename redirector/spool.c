@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,9 +24,12 @@
 #define HDR 12
 /* Bounds of a record's key (a code) and value (one event's JSON, ~160 KB at
  * most with every field at its schema's limit, escaped): a header past them
- * is corrupt, not a record to allocate for. */
+ * is corrupt, not a record to allocate for. The value's bound stays under
+ * the producer's message.max.bytes (kafka_message_max_bytes, at least
+ * 1,000,000 by default), so that a length a flipped bit grew is not taken
+ * for a record Kafka then refuses. */
 #define SPOOL_MAX_KEY 65536u
-#define SPOOL_MAX_VALUE (16u << 20)
+#define SPOOL_MAX_VALUE (512u << 10)
 
 struct buf {
 	char *p;
@@ -42,7 +46,7 @@ struct spool {
 	struct buf pending;
 	int stop;
 
-	pthread_mutex_t io;      /* the active fd, rotation */
+	pthread_mutex_t io;      /* the active fd, rotation, refused.spool */
 	int fd;
 	int lock_fd;             /* spool_dir/lock, flock()ed for the spool's life */
 	uint64_t active_bytes;   /* bytes written to the active file */
@@ -53,7 +57,7 @@ struct spool {
 	int stopped;            /* spool_stop ran */
 
 	_Atomic uint64_t bytes;  /* total spooled: files + pending */
-	_Atomic uint64_t appended, dropped, files;
+	_Atomic uint64_t appended, dropped, files, refused;
 	_Atomic long long last_err_log;
 };
 
@@ -139,17 +143,42 @@ replay_seq(const char *name, unsigned long long *seq)
 	return 1;
 }
 
+/* Opens (creating) a file to append to; sets *created when it made it, so
+ * that the caller syncs its directory entry. -1 with errno. */
+static int
+open_append(const char *path, int *created)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+
+	*created = 0;
+	if (fd >= 0 || errno != ENOENT)
+		return fd;
+	if ((fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644)) >= 0)
+		*created = 1;
+	else if (errno == EEXIST)
+		fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+	return fd;
+}
+
+/* Opens spool.active. On failure (errno kept) it holds no bytes: whatever
+ * the last one held went with it into a replay file (or stays in it, for
+ * the next open to find), and a spool_take would otherwise rotate, and take
+ * off the spool's total, bytes that are not there once a second. */
 static int
 open_active(struct spool *s)
 {
 	char path[4096];
 	struct stat st;
+	int created;
 
 	snprintf(path, sizeof(path), "%s/spool.active", s->dir);
-	s->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	if (s->fd < 0)
+	if ((s->fd = open_append(path, &created)) < 0) {
+		s->active_bytes = 0;
 		return -1;
+	}
 	s->active_bytes = fstat(s->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+	if (created)
+		fsync_dir(s->dir); /* fdatasync would not keep its entry */
 	return 0;
 }
 
@@ -162,7 +191,8 @@ rotate(struct spool *s)
 	int rc;
 
 	if (s->fd >= 0) {
-		fdatasync(s->fd);
+		if (fdatasync(s->fd) < 0) /* each write was synced already */
+			log_warn("spool: fdatasync of %s/spool.active before its rotation", s->dir);
 		close(s->fd);
 		s->fd = -1;
 	}
@@ -202,15 +232,73 @@ count_records(const char *p, size_t len)
 	return n;
 }
 
+/* Writes b at the end of the active file. Returns 0, or -1 (errno kept)
+ * when a write failed: the file is then cut back to where b began, so that
+ * it still ends on a whole record and records appended after it (once there
+ * is room again) are replayed; *kept is what of b stays on disk (the torn
+ * end of a replay file when the cut failed: spool_read ignores it). */
+static int
+write_buf(struct spool *s, const struct buf *b, size_t *kept)
+{
+	uint64_t start = s->active_bytes;
+	size_t off = 0;
+
+	*kept = 0;
+	while (off < b->len) {
+		ssize_t n = write(s->fd, b->p + off, b->len - off);
+		int e = errno;
+
+		if (n < 0 && e == EINTR)
+			continue;
+		if (n < 0) {
+			if (ftruncate(s->fd, (off_t)start) == 0 &&
+			    lseek(s->fd, (off_t)start, SEEK_SET) >= 0) {
+				s->active_bytes = start;
+			} else {
+				log_warn("spool: cutting %s/spool.active back", s->dir);
+				rotate(s);
+				*kept = off;
+			}
+			errno = e;
+			return -1;
+		}
+		off += (size_t)n;
+		s->active_bytes += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* After a failed fdatasync of b's write. Linux marks the pages clean after
+ * a failed sync, so b may never reach the disk and later syncs of the file
+ * say nothing of it: the file is set aside as a replay file (it may well
+ * hold b: ingest drops a repeat by its event id) and b is written again to
+ * a new one and synced. Counted as dropped (and logged) only when that fails
+ * too. Called with io held. */
+static void
+sync_failed(struct spool *s, const struct buf *b)
+{
+	uint64_t n = count_records(b->p, b->len);
+	size_t kept = 0;
+
+	log_error("spool: fdatasync of %s/spool.active failed (%s): writing its last %llu "
+	    "visit events again to a new file", s->dir, strerror(errno), (unsigned long long)n);
+	if (rotate(s) == 0 && write_buf(s, b, &kept) == 0 && fdatasync(s->fd) == 0) {
+		atomic_fetch_add(&s->bytes, b->len); /* on disk twice now */
+		return;
+	}
+	log_error("spool: %s/spool.active: writing %llu visit events again failed (%s): they "
+	    "may be LOST", s->dir, (unsigned long long)n, strerror(errno));
+	atomic_fetch_add(&s->bytes, kept);
+	atomic_fetch_add(&s->dropped, n);
+}
+
 /* Writes the pending buffer to the active file and fsyncs it. A failed
- * write (a full disk) loses the whole buffer, loudly: the file is cut back
- * to where the buffer began, so that it still ends on a whole record and
- * records appended after it (once there is room again) are replayed. */
+ * write (a full disk) loses the whole buffer, loudly (write_buf cuts the
+ * file back to a whole record); a failed sync writes it again (sync_failed). */
 static void
 write_pending(struct spool *s, struct buf *spare)
 {
 	struct buf b;
-	size_t off = 0;
 
 	/* io held from here to the end of the write: the active file cannot
 	 * go away under it. With no active file (reopening it after a
@@ -232,40 +320,20 @@ write_pending(struct spool *s, struct buf *spare)
 	s->pending.len = 0;
 	pthread_mutex_unlock(&s->mtx);
 	if (b.len > 0) {
-		uint64_t start;
+		size_t kept;
 
-		start = s->active_bytes;
-		while (s->fd >= 0 && off < b.len) {
-			ssize_t n = write(s->fd, b.p + off, b.len - off);
+		if (write_buf(s, &b, &kept) < 0) {
+			uint64_t lost = count_records(b.p, b.len);
 
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0) {
-				uint64_t lost = count_records(b.p, b.len);
-
-				log_error("spool: write to %s/spool.active failed (%s): %llu visit "
-				    "events (%zu bytes) DROPPED", s->dir, strerror(errno),
-				    (unsigned long long)lost, b.len);
-				if (ftruncate(s->fd, (off_t)start) == 0 &&
-				    lseek(s->fd, (off_t)start, SEEK_SET) >= 0) {
-					s->active_bytes = start;
-					sub_sat(&s->bytes, b.len);
-				} else {
-					/* the torn end stays, as the last bytes of a
-					 * replay file (spool_read ignores a torn end),
-					 * and counts until that file is done */
-					log_warn("spool: cutting %s/spool.active back", s->dir);
-					rotate(s);
-					sub_sat(&s->bytes, b.len - off);
-				}
-				atomic_fetch_add(&s->dropped, lost);
-				break;
-			}
-			off += (size_t)n;
-			s->active_bytes += (uint64_t)n;
+			log_error("spool: write to %s/spool.active failed (%s): %llu visit "
+			    "events (%zu bytes) DROPPED", s->dir, strerror(errno),
+			    (unsigned long long)lost, b.len);
+			/* the torn end kept counts until its file is done */
+			sub_sat(&s->bytes, b.len - kept);
+			atomic_fetch_add(&s->dropped, lost);
+		} else if (fdatasync(s->fd) < 0) {
+			sync_failed(s, &b);
 		}
-		if (s->fd >= 0 && fdatasync(s->fd) < 0)
-			log_warn("spool: fdatasync");
 	}
 	pthread_mutex_unlock(&s->io);
 	b.len = 0;
@@ -491,9 +559,13 @@ spool_append(struct spool *s, const void *key, size_t klen, const void *val, siz
 		    "event DROPPED", klen, vlen);
 		return -1;
 	}
+	/* counted under mtx, as spool_recount counts: its store could lose
+	 * or double an add made between its count and its store */
+	pthread_mutex_lock(&s->mtx);
 	total = atomic_fetch_add(&s->bytes, need) + need;
 	if (total > s->max_bytes) {
 		atomic_fetch_sub(&s->bytes, need);
+		pthread_mutex_unlock(&s->mtx);
 		if (atomic_fetch_add(&s->dropped, 1) == 0 || log_due(s))
 			log_error("SPOOL FULL: %s holds %llu bytes (spool_max_bytes %llu); visit events "
 			    "are being DROPPED (%llu so far)", s->dir,
@@ -502,7 +574,6 @@ spool_append(struct spool *s, const void *key, size_t klen, const void *val, siz
 			    (unsigned long long)atomic_load(&s->dropped));
 		return -1;
 	}
-	pthread_mutex_lock(&s->mtx);
 	if (s->pending.len + need > s->pending.cap) {
 		size_t ncap = s->pending.cap ? s->pending.cap * 2 : 65536;
 		char *np;
@@ -510,8 +581,8 @@ spool_append(struct spool *s, const void *key, size_t klen, const void *val, siz
 		while (ncap < s->pending.len + need)
 			ncap *= 2;
 		if ((np = realloc(s->pending.p, ncap)) == NULL) {
-			pthread_mutex_unlock(&s->mtx);
 			atomic_fetch_sub(&s->bytes, need);
+			pthread_mutex_unlock(&s->mtx);
 			atomic_fetch_add(&s->dropped, 1);
 			log_error("spool: out of memory, visit event dropped");
 			return -1;
@@ -718,6 +789,58 @@ spool_done(struct spool *s, const char *path)
 	return 0;
 }
 
+int
+spool_refuse(struct spool *s, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	uint32_t hdr[3] = { SPOOL_MAGIC, (uint32_t)klen, (uint32_t)vlen };
+	struct iovec iov[3] = { { hdr, HDR }, { (void *)(uintptr_t)key, klen },
+	    { (void *)(uintptr_t)val, vlen } };
+	char path[4096];
+	size_t need = HDR + klen + vlen, off = 0;
+	int fd, created, rc = -1;
+
+	snprintf(path, sizeof(path), "%s/refused.spool", s->dir);
+	pthread_mutex_lock(&s->io);
+	if ((fd = open_append(path, &created)) < 0) {
+		log_warn("spool: open %s", path);
+		goto out;
+	}
+	while (off < need) { /* one writev; a short one goes on from where it stopped */
+		struct iovec rest[3];
+		int n = 0;
+		size_t skip = off;
+		ssize_t w;
+
+		for (int i = 0; i < 3; i++) {
+			if (skip >= iov[i].iov_len) {
+				skip -= iov[i].iov_len;
+				continue;
+			}
+			rest[n].iov_base = (char *)iov[i].iov_base + skip;
+			rest[n++].iov_len = iov[i].iov_len - skip;
+			skip = 0;
+		}
+		if ((w = writev(fd, rest, n)) < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			break;
+		off += (size_t)w;
+	}
+	if (off < need || fdatasync(fd) < 0) {
+		log_warn("spool: write to %s", path);
+		close(fd);
+		goto out;
+	}
+	close(fd);
+	if (created)
+		fsync_dir(s->dir);
+	atomic_fetch_add(&s->refused, 1);
+	rc = 0;
+out:
+	pthread_mutex_unlock(&s->io);
+	return rc;
+}
+
 void
 spool_recount(struct spool *s)
 {
@@ -738,6 +861,7 @@ spool_stats(struct spool *s, struct spool_stats *out)
 {
 	out->appended = atomic_load(&s->appended);
 	out->dropped = atomic_load(&s->dropped);
+	out->refused = atomic_load(&s->refused);
 	out->bytes = atomic_load(&s->bytes);
 	out->files = atomic_load(&s->files);
 }

@@ -51,9 +51,18 @@ int spool_read(const char *path, spool_record_fn fn, void *ctx);
  * done, or the same file would be replayed again at once, forever. */
 int spool_done(struct spool *s, const char *path);
 
+/* Keeps a record Kafka refuses for good (larger than message.max.bytes, or
+ * an invalid record) in dir/refused.spool, appended and synced, so that it
+ * is neither lost nor replayed again and again, holding back the records
+ * after it. Nothing replays that file: an operator who raised the limit
+ * renames it to a replay file's name (README). 0, or -1 when it could not
+ * be written (logged). Counted in refused. */
+int spool_refuse(struct spool *s, const void *key, size_t klen, const void *val, size_t vlen);
+
 struct spool_stats {
 	uint64_t appended;    /* records accepted */
 	uint64_t dropped;     /* records refused by the cap or lost to a failed write */
+	uint64_t refused;     /* records Kafka refused for good, kept in refused.spool */
 	uint64_t bytes;       /* bytes spooled now (files + buffer) */
 	uint64_t files;       /* replay files waiting (not counting the active one) */
 };

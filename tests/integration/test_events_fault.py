@@ -142,3 +142,51 @@ def test_sigterm_spools_and_next_start_replays(procs, pg, redis, broker, workdir
     c2 = counters(red2.proc.output())[-1]  # both runs log to the same file
     print("second run:", c2)
     assert c2["replayed"] == c["spooled"]
+
+
+def test_event_kafka_refuses_is_kept_and_the_rest_replayed(procs, pg, redis, broker, workdir):
+    """An event Kafka refuses for good (past kafka_message_max_bytes) is kept
+    in spool_dir/refused.spool, and the events spooled after it in the same
+    file are replayed: the replay stopped at it, and kept the whole file back
+    for good, retrying every 30 s."""
+    red = start(procs, pg, redis, broker, workdir, {
+        "kafka_message_max_bytes": 1000, "kafka_message_timeout_ms": 2000})
+    code = red.create(url="https://example.com/big")["code"]
+    assert red.get("/" + code).status_code == 302  # cached
+    broker.brokers_down()
+    time.sleep(0.5)
+    c = http.client.HTTPConnection("127.0.0.1", red.port, timeout=10)
+    c.request("GET", f"/{code}?r=big", headers={"User-Agent": "B" * 1500})
+    r = c.getresponse()
+    r.read()
+    assert r.status == 302
+    out, lock = [], threading.Lock()
+    stream(red.port, [code], "after", 20, 1, out, lock)  # ~20 small events
+    assert out and all(s == 302 for *_, s in out)
+    spool = os.path.join(workdir, "spool")
+    time.sleep(3)  # past kafka_message_timeout_ms: the small ones spool too
+    broker.brokers_up()
+    check_topic(broker, out, timeout=60)
+    refused = os.path.join(spool, "refused.spool")
+    deadline = time.time() + 20
+    while time.time() < deadline and (
+            not os.path.exists(refused) or
+            any(f.startswith("replay-") for f in os.listdir(spool)) or
+            os.path.getsize(os.path.join(spool, "spool.active")) > 0):
+        time.sleep(0.2)
+    left = [f for f in os.listdir(spool) if f.startswith("replay-")]
+    assert not left, f"replay files left: {left}"
+    with open(refused, "rb") as f:
+        data = f.read()
+    assert b"r=big" in data and b"B" * 1500 in data
+    assert data.count(b"r=big") == 1  # the refused event alone
+    big = read_events(broker, 1, timeout=3, pred=lambda e: e["query"] == "r=big")
+    assert big == []  # never on the topic
+    metrics = red.get("/metrics").text
+    assert re.search(r"^linkpulse_redirector_events_spool_refused_total 1$", metrics, re.M), \
+        metrics
+    assert red.proc.stop() == 0
+    line = re.findall(r"events: .*spool_dropped=(\d+) spool_bytes=(\d+) spool_refused=(\d+)",
+                      red.proc.output())
+    assert line == [("0", "0", "1")], line
+    assert "refused.spool" in red.proc.output()

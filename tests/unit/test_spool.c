@@ -3,14 +3,20 @@
  * full disk) loses only the events of that write, counted as dropped, and
  * never the events spooled after it; and with no active file (reopening it
  * after a rotation failed) the events wait in memory until it opens; files
- * the spool did not name are left alone; a failed read is not an end. */
+ * the spool did not name are left alone; a failed read is not an end; takes
+ * while the active file cannot be opened leave the byte count alone; a failed
+ * fdatasync writes its events again to a new file; a refused record is kept
+ * apart. */
+#include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +24,20 @@
 #include "unit.h"
 
 #define FSYNC_MS 20
+
+/* fdatasync calls still to fail with EIO: this definition stands in for
+ * libc's for spool.c, linked into this program. */
+static atomic_int sync_failures;
+
+int
+fdatasync(int fd)
+{
+	if (atomic_load(&sync_failures) > 0 && atomic_fetch_sub(&sync_failures, 1) > 0) {
+		errno = EIO;
+		return -1;
+	}
+	return (int)syscall(SYS_fdatasync, fd);
+}
 
 struct seen {
 	int n;
@@ -428,6 +448,111 @@ test_recount(void)
 	remove_dir(dir);
 }
 
+/* Takes while the active file cannot be opened again (the replayer asks
+ * about once a second): the bytes counted stay those on disk and in memory
+ * (each take rotated a file that was not there and took its old size off the
+ * count, until the cap no longer held anything back). */
+static void
+test_takes_without_files(void)
+{
+	char dir[] = "/tmp/test_spool_XXXXXX", path[4096];
+	struct spool_stats st;
+	struct rlimit old;
+	struct spool *s;
+	struct seen seen = { 0 };
+
+	if ((s = spool_without_files(dir, &old)) == NULL)
+		return;
+	append(s, "b", 5, 10);
+	for (int i = 0; i < 3; i++) {
+		CHECK(spool_take(s, path, sizeof(path)) == 0, "take %d while no file opens", i);
+		pause_ms(2 * FSYNC_MS);
+	}
+	spool_stats(s, &st);
+	CHECK(st.bytes == 10 * (12 + 2 + 20), "%llu bytes counted, want 10 events' %d",
+	    (unsigned long long)st.bytes, 10 * (12 + 2 + 20));
+	CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit back");
+	read_back(s, &seen);
+	spool_stats(s, &st);
+	CHECK(seen.n == 10, "read %d events back, want 10", seen.n);
+	CHECK(st.bytes == 0 && st.dropped == 0, "after: %llu bytes, %llu dropped",
+	    (unsigned long long)st.bytes, (unsigned long long)st.dropped);
+	spool_close(s);
+	remove_dir(dir);
+}
+
+/* A failed fdatasync (EIO; Linux then marks the pages clean, so the write
+ * may never reach the disk): the file is set aside as a replay file and the
+ * events written again to a new one; they come back (twice: ingest keeps one
+ * by event id), nothing dropped. */
+static void
+test_sync_fails(void)
+{
+	char dir[] = "/tmp/test_spool_XXXXXX", active[4096], want[64];
+	struct spool_stats st;
+	struct spool *s;
+	struct seen seen = { 0 };
+	off_t a, b;
+
+	if ((s = new_spool(dir)) == NULL)
+		return;
+	snprintf(active, sizeof(active), "%s/spool.active", dir);
+	a = append(s, "a", 0, 3);
+	wait_writer(s, active, a, 0);
+	atomic_store(&sync_failures, 1);
+	b = append(s, "b", 3, 8);
+	wait_writer(s, active, b, 0); /* the new file holds the "b" events only */
+	CHECK(atomic_load(&sync_failures) == 0, "the sync did not fail");
+	spool_stats(s, &st);
+	CHECK(st.dropped == 0 && st.files == 1, "%llu dropped, %llu files",
+	    (unsigned long long)st.dropped, (unsigned long long)st.files);
+	CHECK(st.bytes == (uint64_t)(a + 2 * b), "%llu bytes counted, want %lld",
+	    (unsigned long long)st.bytes, (long long)(a + 2 * b));
+	read_back(s, &seen);
+	spool_stats(s, &st);
+	CHECK(st.bytes == 0, "%llu bytes left", (unsigned long long)st.bytes);
+	spool_close(s);
+	CHECK(seen.n == 13, "read %d events back, want 13 (3 + 5, then the 5 again)", seen.n);
+	for (int i = 0; i < seen.n && i < 13; i++) {
+		int k = i < 8 ? i : i - 5;
+
+		snprintf(want, sizeof(want), "%s-%02d-%s", k < 3 ? "a" : "b", k, "padding-padding");
+		CHECK_STR(seen.vals[i], want, "event read back");
+	}
+	remove_dir(dir);
+}
+
+/* A record Kafka refuses for good is kept in refused.spool: synced, readable
+ * as a spool file, counted, and never offered for replay. */
+static void
+test_refuse(void)
+{
+	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], refused[4096];
+	struct spool_stats st;
+	struct spool *s;
+	struct seen seen = { 0 };
+
+	if ((s = new_spool(dir)) == NULL)
+		return;
+	CHECK(spool_refuse(s, "k1", 2, "too-large-1", 11) == 0, "refuse 1");
+	CHECK(spool_refuse(s, "k2", 2, "too-large-2", 11) == 0, "refuse 2");
+	spool_stats(s, &st);
+	CHECK(st.refused == 2 && st.bytes == 0 && st.files == 0,
+	    "%llu refused, %llu bytes, %llu files", (unsigned long long)st.refused,
+	    (unsigned long long)st.bytes, (unsigned long long)st.files);
+	CHECK(spool_take(s, path, sizeof(path)) == 0, "refused.spool offered for replay");
+	spool_close(s);
+	snprintf(refused, sizeof(refused), "%s/refused.spool", dir);
+	CHECK(spool_read(refused, collect, &seen) == 0, "spool_read %s", refused);
+	CHECK(seen.n == 2, "read %d refused records, want 2", seen.n);
+	if (seen.n == 2) {
+		CHECK_STR(seen.vals[0], "too-large-1", "first refused");
+		CHECK_STR(seen.vals[1], "too-large-2", "second refused");
+	}
+	unlink(refused);
+	remove_dir(dir);
+}
+
 int
 main(void)
 {
@@ -439,5 +564,8 @@ main(void)
 	test_corrupt_middle();
 	test_stop_counts_what_waits();
 	test_recount();
+	test_takes_without_files();
+	test_sync_fails();
+	test_refuse();
 	return unit_done("test_spool");
 }
