@@ -393,20 +393,28 @@ put_in_place(const char *tmp, const char *path)
 	return rename(tmp, path);
 }
 
-/* Writes text to dir/name atomically: one write(2) over the hidden
- * .name.tmp (the previous report a refresh left, or a new file), cut to
- * the new length, then put_in_place; no fsync: a report can be written
- * again. */
+/* Writes text to dir/name atomically; no fsync: a report can be written
+ * again. With reuse (the link files of --all and --tag), one write(2) over
+ * the hidden .name.tmp (the previous report a refresh left, or a new file),
+ * cut to the new length, then put_in_place: a reader still holding the file
+ * a run before the last put in place can see it change (the timer's hourly
+ * --all). Without (--link, combined, index.json: read on every dashboard
+ * view, and runs may come seconds apart), a new .name.tmp renamed over
+ * name, so that an open report never changes. */
 static int
-write_text(const char *dir, const char *name, const char *text, size_t len, char *err,
-           size_t errsz)
+write_text(const char *dir, const char *name, const char *text, size_t len, int reuse,
+           char *err, size_t errsz)
 {
 	char path[4096], tmp[4200];
 	int fd, rc = 0;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+	if (!reuse && unlink(tmp) < 0 && errno != ENOENT) {
+		errstr_set(err, errsz, "%s: %s", tmp, strerror(errno));
+		return -1;
+	}
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC | (reuse ? 0 : O_EXCL), 0644)) < 0) {
 		errstr_set(err, errsz, "%s: %s", tmp, strerror(errno));
 		return -1;
 	}
@@ -433,7 +441,7 @@ write_text(const char *dir, const char *name, const char *text, size_t len, char
 		errstr_set(err, errsz, "%s: %s", tmp, strerror(errno));
 		rc = -1;
 	}
-	if (rc == 0 && put_in_place(tmp, path) < 0) {
+	if (rc == 0 && (reuse ? put_in_place(tmp, path) : rename(tmp, path)) < 0) {
 		errstr_set(err, errsz, "%s: %s", path, strerror(errno));
 		rc = -1;
 	}
@@ -450,7 +458,7 @@ write_file(struct writer *wr, const char *dir, const char *name, const json_t *d
 
 	if (render_mem(wr, doc, format, &len, err, errsz) < 0)
 		return -1;
-	return write_text(dir, name, wr->buf, len, err, errsz);
+	return write_text(dir, name, wr->buf, len, 0, err, errsz);
 }
 
 static int
@@ -543,7 +551,7 @@ round_write(struct round *r, size_t i, char *err, size_t errsz)
 		return 0;
 	code = json_string_value(json_object_get(json_object_get(r->reps[i], "link"), "code"));
 	snprintf(r->name, sizeof(r->name), "link-%s.%s", code, a->format);
-	if (write_text(a->out, r->name, r->text + r->off[i], r->len[i], err, errsz) < 0)
+	if (write_text(a->out, r->name, r->text + r->off[i], r->len[i], 1, err, errsz) < 0)
 		return -1;
 	model_index_add(r->index, r->reps[i], r->name);
 	return 1;
@@ -683,8 +691,12 @@ write_links(struct query *q, struct query *q2, const struct args *a, const long 
 	}
 	if (progress)
 		fputc('\n', stderr);
-	for (k = 0; k < nr; k++) {  /* rounds still running after a failure */
+	/* Rounds still running after a failure: all waited for before any
+	 * arena goes (jansson's frees in a running round look every arena
+	 * up, arena_owns, the freed one too). */
+	for (k = 0; k < nr; k++)
 		round_wait(&rounds[k], NULL, 0);
+	for (k = 0; k < nr; k++) {
 		json_decref(rounds[k].index);
 		for (size_t i = 0; rounds[k].reps != NULL && i < batch; i++)
 			json_decref(rounds[k].reps[i]);

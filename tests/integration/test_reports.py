@@ -674,9 +674,38 @@ def test_all_refresh_swaps_in_place(db):
                 "-o", "batch_links=1")
         assert docs(out) == docs(fresh), (frm, to)
         assert docs(out)["index.json"]["range"]["from"] == frm
-        if i > 0:  # a refresh leaves one hidden previous version per file
+        if i > 0:  # a refresh leaves one hidden previous version per link file
             hidden = sorted(n for n in os.listdir(out) if n.startswith(".") and n != ".reports.lock")
-            assert hidden == sorted(f".{n}.tmp" for n in visible(out))
+            assert hidden == sorted(f".{n}.tmp" for n in visible(out) if n.startswith("link-"))
+
+
+def test_an_open_report_never_changes(db):
+    """A dashboard that opened link-CODE.json (or index.json) keeps reading
+    the report it opened while --link runs again and again: each run writes
+    a new file and renames it over the name. Until the forty-sixth session
+    the second run swapped the open file out to .NAME.tmp and the third
+    wrote the new report into it, under the reader."""
+    out = os.path.join(db.work, "open-reader")
+    args = ("--from", "2024-05-01", "--to", "2024-05-03", "--out", out)
+    run(db, "--link", "rpA", *args)
+    run(db, "--tag", "spring", *args)
+    held = {}
+    for name in ("link-rpA.json", "index.json", "combined.json"):
+        f = open(os.path.join(out, name), "rb")
+        held[name] = (f, f.read())
+        f.seek(0)
+    for _ in range(2):
+        time.sleep(1.1)  # generated_at moves on
+        run(db, "--link", "rpA", *args)
+        run(db, "--tag", "spring", "-o", "batch_links=1", *args)
+    for name, (f, before) in held.items():
+        assert f.read() == before, name
+        assert os.fstat(f.fileno()).st_nlink == 0, name  # replaced, not reused
+        f.close()
+        with open(os.path.join(out, name), "rb") as g:
+            assert g.read() != before, name  # the name has the new report
+    assert not [n for n in os.listdir(out)
+                if n.endswith(".tmp") and not n.startswith(".link-")]
 
 
 def _png_stats(path):
@@ -755,6 +784,9 @@ def test_html_self_contained_and_renders_in_chromium(db):
     (["--link", "rpA", "--to", "yesterday"], 2, "--to \"yesterday\": not a date"),
     (["--link", "rpA", "--from", "2024-05-03", "--to", "2024-05-01"], 2, "is after --to"),
     (["--link", "rpA", "--tz", "Mars/Olympus_Mons"], 2, 'unknown time zone "Mars/Olympus_Mons"'),
+    # the SQL standard's form: TimeZone takes it, AT TIME ZONE reads it otherwise
+    (["--link", "rpA", "--tz", "INTERVAL '+08:00'"], 2, "time zone \"INTERVAL '+08:00'\" is ambiguous"),
+    (["--link", "rpA", "--tz", "INTERVAL '+08:00' HOUR TO MINUTE"], 2, "unknown time zone"),
     (["--link", "rpA", "--format", "pdf"], 2, "--format \"pdf\""),
     # PostgreSQL reads these one way as TimeZone (labels) and another in AT
     # TIME ZONE (day bounds): until the forty-third session they gave days
