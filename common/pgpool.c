@@ -243,10 +243,13 @@ pgpool_exec_timeout(PGconn *c, const char *sql, int nparams, const char *const *
 		last = r;
 	}
 	if (cancelled_at != 0 && (PQresultStatus(last) == PGRES_TUPLES_OK ||
-	    PQresultStatus(last) == PGRES_COMMAND_OK)) {
-		/* Done before the cancel landed, which may still reach the
-		 * backend's next statement: c is left busy with one of ours,
-		 * unread, so that pgpool_put closes it (never waiting on it). */
+	    PQresultStatus(last) == PGRES_COMMAND_OK || (PQresultErrorField(last,
+	    PG_DIAG_SQLSTATE) != NULL && strcmp(PQresultErrorField(last, PG_DIAG_SQLSTATE),
+	    "57014") != 0))) {
+		/* Done, or failed on its own (e.g. 23505, reported as such),
+		 * before the cancel landed, which may still reach the backend's
+		 * next statement: c is left busy with one of ours, unread, so
+		 * that pgpool_put closes it (never waiting on it). */
 		(void)PQsendQuery(c, "SELECT 1");
 	} else if (cancelled_at != 0) {
 		PQclear(last);

@@ -190,9 +190,13 @@ apikey_check(struct pgpool *pool, const char *key, char *errstr, size_t errstr_s
 	id = PQntuples(r) == 1 ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
 	PQclear(r);
 	pthread_mutex_lock(&cache_mtx);
-	memcpy(slot->hash, hash, sizeof(hash));
-	slot->id = id;
-	slot->expires_ms = now + APIKEY_CACHE_TTL_MS;
+	/* A check of the same key that began later (e.g. after a revocation)
+	 * and has stored its answer already is newer than this one: kept. */
+	if (strcmp(slot->hash, hash) != 0 || slot->expires_ms <= now + APIKEY_CACHE_TTL_MS) {
+		memcpy(slot->hash, hash, sizeof(hash));
+		slot->id = id;
+		slot->expires_ms = now + APIKEY_CACHE_TTL_MS;
+	}
 	pthread_mutex_unlock(&cache_mtx);
 	return id;
 }
