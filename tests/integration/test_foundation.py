@@ -317,3 +317,12 @@ def test_visit_event_schema_accepts_example_and_rejects_bad():
     assert list(v.iter_errors(arr + [None]))
     assert list(v.iter_errors(arr[:-1]))
     assert list(v.iter_errors(arr[:5] + ["302"] + arr[6:]))
+    # what ingest rejects (tests/data/event_cases.txt) the schema refuses too:
+    # a NUL in a string, ids past 64 bits, ts past year 9999
+    assert list(v.iter_errors(dict(ok, user_agent="a\u0000b")))
+    assert list(v.iter_errors(dict(ok, code="a\u0000")))
+    assert list(v.iter_errors(dict(ok, id=2 ** 63)))
+    assert list(v.iter_errors(dict(ok, link_id=-2 ** 63 - 1)))
+    assert list(v.iter_errors(dict(ok, ts=253402300800000000)))
+    assert not list(v.iter_errors(dict(ok, id=2 ** 63 - 1, link_id=-2 ** 63,
+                                       ts=253402300799999999)))
