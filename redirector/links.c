@@ -26,6 +26,12 @@
 #define MAX_TAGS 32
 #define MAX_TAG_LEN 64
 #define CREATE_TRIES 64
+/* The hash strategy walks one endless stream of candidates per URL and
+ * length, from salt 0 at every create: the (k+1)-th link for a URL passes
+ * the k taken codes before it. Candidates the Bloom filter skips cost no
+ * query and do not count as tries; a bound on all candidates keeps the walk
+ * finite (a URL with ~this many hash links, or a saturated filter). */
+#define HASH_CANDIDATES_MAX 65536
 /* The most queued single creates one batch statement takes (the workers
  * draining the queue are links_conf.batch_workers). */
 #define LINKS_BATCH_MAX 256
@@ -972,12 +978,22 @@ links_create_fields(struct links *L, struct fields *fp, long long key_id, json_t
 	params[10] = a.code;
 	params[11] = a.type_s;
 
-	for (int attempt = 0; attempt < CREATE_TRIES; attempt++) {
+	for (int attempt = 0, seen = 0; attempt < CREATE_TRIES; attempt++) {
 		const char *codesql;
 		int nparams, r;
 
 		if ((r = next_code(L, c, strategy, &f, length, &a, &codesql, &nparams, err)) < 0)
 			goto done;
+		if (r == 0 && strategy == LINKS_HASH) { /* skipped without a query */
+			if (++seen >= HASH_CANDIDATES_MAX) {
+				links_fail(err, 409, "code_space_exhausted", "strategy", "the first %d "
+				    "hash codes of this URL at length %d are taken; use another "
+				    "strategy or length", HASH_CANDIDATES_MAX, length);
+				goto done;
+			}
+			attempt--;
+			continue;
+		}
 		if (r == 0)
 			continue;
 		if (a.from_pool == 2)
@@ -1012,6 +1028,8 @@ links_create_fields(struct links *L, struct fields *fp, long long key_id, json_t
 			links_fail(err, 409, "alias_taken", "alias", "alias \"%s\" is already in use", f.alias);
 			goto done;
 		}
+		if (strategy == LINKS_HASH && L->bloom != NULL) /* made elsewhere: skipped from now on */
+			bloom_add(L->bloom, a.code, strlen(a.code));
 		if (a.from_pool == 1)
 			invalidate_code(c, a.code);
 		else if (a.from_pool == 2)

@@ -836,6 +836,20 @@ def test_hash_strategy_collisions(api):
     assert api.pg.psql("SELECT count(*) FROM unique_code WHERE type = 2") == "41"
 
 
+def test_hash_strategy_many_links_for_one_url(api):
+    """One URL, 100 hash links (tags keep dedupe out of it): the (k+1)-th
+    walks past k taken candidates, which the Bloom filter skips without a
+    query. It gave up after 64 candidates (503 code_space_busy, for good)."""
+    codes = []
+    for i in range(100):
+        r = api.create(url="https://example.com/landing", strategy="hash", tags=[f"c{i}"])
+        assert r.status_code == 201, (i, r.text)
+        codes.append(r.json()["code"])
+    assert len(set(codes)) == 100
+    assert api.pg.psql("SELECT count(*) FROM url_link WHERE long_url = "
+                       "'https://example.com/landing'") == "100"
+
+
 def test_sequence_strategy(api):
     codes = [api.create(url=f"https://example.com/s{i}", strategy="sequence").json()["code"]
              for i in range(30)]
