@@ -13,6 +13,19 @@
 #define SHARD_BITS 6 /* a shard takes the hash's low bits, a bucket the next */
 #define NSHARDS (1 << SHARD_BITS)
 #define WAIT_MS 5000
+/* Redirects an entry served that its count did not hold yet, kept when the
+ * entry leaves the table (an edit's invalidation, an eviction) for the next
+ * load of the same link: CARRIES per shard, the oldest replaced, each for
+ * CARRY_MS (by then ingest's count holds them, or the load takes them off). */
+#define CARRIES 4
+#define CARRY_MS 600000
+
+struct carry {
+	long long id;       /* rec.id; 0 = free */
+	long long hits;     /* rec.hits when they were served */
+	long long local;    /* hits_local */
+	int64_t until_ms;
+};
 
 struct shard {
 	pthread_mutex_t mtx;
@@ -23,6 +36,7 @@ struct shard {
 	long long entries;
 	size_t bytes;
 	uint64_t gen;                  /* invalidations in this shard so far */
+	struct carry carry[CARRIES];
 	uint64_t hits, misses, loads, load_errors, stale, evictions, waits;
 } __attribute__((aligned(64)));
 
@@ -64,6 +78,49 @@ hash_code(const char *s)
 	for (; *s; s++)
 		h = (h ^ (unsigned char)*s) * 16777619u;
 	return h;
+}
+
+/* Keeps e's uncounted redirects as it leaves the table (shard locked). */
+static void
+carry_keep(struct shard *s, const struct lcache_entry *e, int64_t now)
+{
+	long long local = atomic_load(&e->hits_local);
+	struct carry *slot = &s->carry[0];
+
+	if (e->loading || e->rec.id <= 0 || local <= 0)
+		return;
+	for (int i = 0; i < CARRIES; i++) {
+		if (s->carry[i].id == e->rec.id) {
+			slot = &s->carry[i];
+			break;
+		}
+		if (s->carry[i].until_ms < slot->until_ms)
+			slot = &s->carry[i];
+	}
+	slot->id = e->rec.id;
+	slot->hits = e->rec.hits;
+	slot->local = local;
+	slot->until_ms = now + CARRY_MS;
+}
+
+/* Gives a freshly loaded entry what carry_keep kept of its link: what was
+ * served less what the count rose by since, at least 0 (shard locked). */
+static void
+carry_take(struct shard *s, struct lcache_entry *e, int64_t now)
+{
+	for (int i = 0; i < CARRIES; i++) {
+		struct carry *k = &s->carry[i];
+
+		if (k->id != e->rec.id || k->id == 0)
+			continue;
+		if (now < k->until_ms) {
+			long long pending = k->local - (e->rec.hits - k->hits);
+
+			atomic_store(&e->hits_local, pending > 0 ? pending : 0);
+		}
+		memset(k, 0, sizeof(*k));
+		return;
+	}
 }
 
 struct lcache *
@@ -197,6 +254,7 @@ evict(struct lcache *c, struct shard *s, struct lcache_entry *keep)
 		struct lcache_entry *prev = e->lru_prev;
 
 		if (e != keep && !e->loading) {
+			carry_keep(s, e, now_ms());
 			unlink_entry(s, e);
 			put(c, e);
 			s->evictions++;
@@ -270,6 +328,8 @@ fill(struct lcache *c, struct shard *s, struct lcache_entry *e, struct lcache_re
 
 	e->rec = *rec;
 	e->aux = aux;
+	if (rc > 0)
+		carry_take(s, e, now);
 	e->expires_ms = now + (rc > 0 ? c->conf.ttl_ms : c->conf.negative_ttl_ms);
 	e->loading = 0;
 	e->bytes += add;
@@ -500,7 +560,11 @@ lcache_invalidate(struct lcache *c, const char *code)
 	pthread_mutex_lock(&s->mtx);
 	s->gen++; /* refreshes under way in the shard will not cache */
 	if ((e = find(s, code, h)) != NULL) {
-		/* a cold load under way keeps its waiters, leaves the table */
+		/* a cold load under way keeps its waiters, leaves the table;
+		 * a loaded entry's uncounted redirects go to the next load
+		 * (they were lost: after an edit a max_visits link could pass
+		 * its limit by the redirects ingest had not counted yet) */
+		carry_keep(s, e, now_ms());
 		unlink_entry(s, e);
 		put(c, e);
 	}

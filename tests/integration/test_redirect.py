@@ -161,6 +161,16 @@ def test_max_visits_counts_local_redirects(red):
     assert got == [302, 302, 410, 410]
 
 
+def test_max_visits_holds_across_an_edit(red):
+    """Redirects this process served that ingest has not counted (none
+    runs here) still count after a PATCH reloads the link: it had 5 more."""
+    m = red.create(url="https://example.com/mv-edit", max_visits=5)
+    got = [red.get("/" + m["code"]).status_code for _ in range(3)]
+    assert red.api("PATCH", f"/links/{m['code']}", {"tags": ["edited"]})["tags"] == ["edited"]
+    got += [red.get("/" + m["code"]).status_code for _ in range(4)]
+    assert got == [302] * 5 + [410] * 2, got
+
+
 def test_expiry_and_start_take_effect_while_cached(procs, pg, redis, broker, workdir):
     red = start(procs, pg, redis, broker, workdir, {"cache_ttl_ms": 600000})
     t0 = time.time()

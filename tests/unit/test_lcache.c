@@ -1,6 +1,7 @@
 /* test_lcache.c - redirector/lcache.c: an invalidation during a load or a
  * refresh is not undone by that load's result, waiters of a failed load give
- * up at once, a refresh keeps the visits the count does not hold yet, and a
+ * up at once, a refresh and an invalidation keep the visits the count does not
+ * hold yet, and a
  * shard's entries spread over its buckets. */
 #include <pthread.h>
 #include <stdio.h>
@@ -292,6 +293,43 @@ test_refresh_keeps_uncounted_hits(void)
 	lcache_free(c);
 }
 
+/* So do they after an edit's invalidation (the next load is a cold one):
+ * they were lost, and a max_visits link passed its limit by them. */
+static void
+test_invalidate_keeps_uncounted_hits(void)
+{
+	struct db d;
+	struct lcache *c;
+	struct lcache_entry *e;
+	char err[64];
+
+	init_db(&d);
+	c = new_cache(&d, 60000, 0);
+	e = lcache_get(c, "inv", err, sizeof(err));
+	atomic_fetch_add(&e->hits_local, 50);
+	lcache_release(c, e);
+	d.hits = 20;
+	lcache_invalidate(c, "inv");
+	e = lcache_get(c, "inv", err, sizeof(err));
+	CHECK(e != NULL && e->rec.hits == 20 && atomic_load(&e->hits_local) == 30,
+	    "after invalidation: hits %lld, local %lld, want 20 and 30", e ? e->rec.hits : -1,
+	    e ? (long long)atomic_load(&e->hits_local) : -1);
+	atomic_fetch_add(&e->hits_local, 5);
+	lcache_release(c, e);
+	lcache_invalidate(c, "inv"); /* kept once: a later load does not add it again */
+	d.hits = 60;
+	e = lcache_get(c, "inv", err, sizeof(err));
+	CHECK(e != NULL && atomic_load(&e->hits_local) == 0, "local %lld, want 0 (55 served, "
+	    "40 more counted)", e ? (long long)atomic_load(&e->hits_local) : -1);
+	lcache_release(c, e);
+	lcache_invalidate(c, "inv");
+	e = lcache_get(c, "inv", err, sizeof(err));
+	CHECK(e != NULL && atomic_load(&e->hits_local) == 0, "local %lld after a load with "
+	    "nothing kept", e ? (long long)atomic_load(&e->hits_local) : -1);
+	lcache_release(c, e);
+	lcache_free(c);
+}
+
 /* 100,000 codes in a cache sized for them: chains stay short (every entry
  * of a shard shares the hash bits that chose the shard). */
 static void
@@ -485,6 +523,7 @@ main(void)
 	test_invalidate_after_eviction_during_refresh();
 	test_failed_load_wakes_waiters();
 	test_refresh_keeps_uncounted_hits();
+	test_invalidate_keeps_uncounted_hits();
 	test_chains_are_short();
 	test_unknown_codes_do_not_evict_links();
 	test_peek_never_waits();
