@@ -11,4 +11,9 @@
  * depends on every input bit, so 'h & (slots - 1)' picks a slot. */
 uint64_t hash_bytes(const void *s, size_t n, uint64_t seed);
 
+/* A random seed drawn once per process (getrandom; the clock and pid if it
+ * fails), for tables whose keys come from outside (Referer hosts, codes
+ * asked for): colliding keys cannot be worked out ahead of time. */
+uint64_t hash_process_seed(void);
+
 #endif

@@ -56,6 +56,7 @@ struct rtab {
 	struct { uint32_t gen, idx; } *slot;
 	size_t cap;
 	uint32_t gen;
+	uint64_t seed;            /* hash_process_seed() */
 };
 
 struct rollup {
@@ -106,7 +107,9 @@ rtab_grow(struct rtab *t)
 static struct rent *
 rtab_get(struct rtab *t, int64_t tag, const char *v, size_t vlen)
 {
-	uint64_t h = hash_bytes(v, vlen, (uint64_t)tag);
+	/* seeded per process: Referer hosts come from outside, and a fixed
+	 * seed let colliding ones, worked out once, make a batch quadratic */
+	uint64_t h = hash_bytes(v, vlen, (uint64_t)tag ^ t->seed);
 	struct rent *x;
 	size_t i;
 
@@ -146,7 +149,12 @@ rtab_free(struct rtab *t)
 struct rollup *
 rollup_new(void)
 {
-	return calloc(1, sizeof(struct rollup));
+	struct rollup *r = calloc(1, sizeof(struct rollup));
+
+	if (r != NULL)
+		r->dims[0].seed = r->dims[1].seed = r->seen.seed = r->orphans.seed =
+		    hash_process_seed();
+	return r;
 }
 
 void

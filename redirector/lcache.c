@@ -3,6 +3,7 @@
  * a loading entry in the table is the single-flight marker. */
 #include "lcache.h"
 #include "errstr.h"
+#include "hash.h"
 #include "monotime.h"
 
 #include <pthread.h>
@@ -44,6 +45,7 @@ struct lcache {
 	struct lcache_conf conf;
 	long long max_entries;         /* per shard */
 	size_t max_bytes;              /* per shard */
+	uint64_t seed;                 /* hash_process_seed() */
 	struct shard shards[NSHARDS];
 };
 
@@ -70,14 +72,15 @@ now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Seeded per process: codes come from the requests, and with a fixed hash
+ * (FNV-1a until the forty-sixth session) made-up codes worked out ahead to
+ * share one bucket would make its chain as long as the shard. */
 static uint32_t
-hash_code(const char *s)
+hash_code(const struct lcache *c, const char *s)
 {
-	uint32_t h = 2166136261u;
+	uint64_t h = hash_bytes(s, strlen(s), c->seed);
 
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
+	return (uint32_t)(h ^ (h >> 32));
 }
 
 /* Keeps e's uncounted redirects as it leaves the table (shard locked). */
@@ -134,6 +137,7 @@ lcache_new(const struct lcache_conf *conf, char *errstr, size_t errstr_size)
 		return NULL;
 	}
 	c->conf = *conf;
+	c->seed = hash_process_seed();
 	c->max_entries = conf->max_entries / NSHARDS > 0 ? conf->max_entries / NSHARDS : 1;
 	c->max_bytes = (size_t)(conf->max_bytes / NSHARDS > 0 ? conf->max_bytes / NSHARDS : 1);
 	while ((long long)nb < c->max_entries && nb < (1u << 20))
@@ -423,7 +427,7 @@ take_hit(struct shard *s, struct lcache_entry *e, int64_t now)
 struct lcache_entry *
 lcache_peek(struct lcache *c, const char *code)
 {
-	uint32_t h = hash_code(code);
+	uint32_t h = hash_code(c, code);
 	struct shard *s = shard_of(c, h);
 	struct lcache_entry *e;
 	int64_t now = now_ms();
@@ -441,7 +445,7 @@ lcache_peek(struct lcache *c, const char *code)
 struct lcache_entry *
 lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 {
-	uint32_t h = hash_code(code);
+	uint32_t h = hash_code(c, code);
 	struct shard *s = shard_of(c, h);
 	struct lcache_entry *e;
 	struct lcache_rec rec;
@@ -533,7 +537,7 @@ lcache_get(struct lcache *c, const char *code, char *errstr, size_t errstr_size)
 int
 lcache_wait(struct lcache *c, const char *code, struct lcache_waiter *w)
 {
-	uint32_t h = hash_code(code);
+	uint32_t h = hash_code(c, code);
 	struct shard *s = shard_of(c, h);
 	struct lcache_entry *e;
 	int queued = 0;
@@ -553,7 +557,7 @@ lcache_wait(struct lcache *c, const char *code, struct lcache_waiter *w)
 void
 lcache_invalidate(struct lcache *c, const char *code)
 {
-	uint32_t h = hash_code(code);
+	uint32_t h = hash_code(c, code);
 	struct shard *s = shard_of(c, h);
 	struct lcache_entry *e;
 
