@@ -218,6 +218,7 @@ load_file(const struct cfg_prog *prog, void *conf, const char *path,
 	char *line = NULL, *name, *value, why[512];
 	const struct cfg_opt *o;
 	size_t cap = 0, nopts = 0;
+	ssize_t len;
 	int lineno = 0, rc = 0, r, *seen;
 
 	if (f == NULL) {
@@ -231,8 +232,14 @@ load_file(const struct cfg_prog *prog, void *conf, const char *path,
 		fclose(f);
 		return -1;
 	}
-	while (getline(&line, &cap, f) != -1) {
+	while ((len = getline(&line, &cap, f)) != -1) {
 		lineno++;
+		if (memchr(line, '\0', (size_t)len) != NULL) {
+			/* the parse would stop there, taking "5\0junk" for 5 */
+			snprintf(errstr, errstr_size, "%s:%d: a NUL byte in the line", path, lineno);
+			rc = -1;
+			break;
+		}
 		r = parse_line(line, &name, &value, why, sizeof(why));
 		if (r == 0)
 			continue;

@@ -55,6 +55,17 @@ def test_unknown_key_is_an_error(name, workdir):
     assert f"{path}:1: unknown setting \"no_such_setting\"" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_nul_byte_in_a_line_is_an_error(name, workdir):
+    """The line's text went up to the NUL: "info\\0junk" was taken for info."""
+    path = os.path.join(workdir, "nul.conf")
+    with open(path, "wb") as f:
+        f.write(b"# settings\nlog_level = info\0junk\n")
+    r = run(name, "-c", path, "--check-config")
+    assert r.returncode != 0
+    assert f"{path}:2: a NUL byte in the line" in r.stderr, r.stderr
+
+
 def test_env_override_is_validated():
     r = run("reports", "--check-config", env={"LINKPULSE_LOG_LEVEL": "loud"})
     assert r.returncode != 0
