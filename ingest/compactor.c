@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,6 @@ struct compactor {
 	char *dsn;                 /* owned */
 	int interval_s;
 	PGconn *conn;              /* owned by the thread */
-	PGcancel *cancel;          /* of conn while a compaction runs; under mtx */
 	int quit;                  /* under mtx */
 	pthread_t thread;
 	pthread_mutex_t mtx;
@@ -51,54 +51,99 @@ wait_turn(struct compactor *c)
 	return go;
 }
 
-/* One compaction on c->conn (connected first if needed); logs the outcome. */
+static int
+quitting(struct compactor *c)
+{
+	int quit;
+
+	pthread_mutex_lock(&c->mtx);
+	quit = c->quit;
+	pthread_mutex_unlock(&c->mtx);
+	return quit;
+}
+
+/* One compaction on c->conn (connected first if needed); logs the outcome.
+ * The statement is sent and waited for here, looking at quit every 200 ms
+ * and cancelling it once quit is set: a stop asked for just before the
+ * statement went out (a cancel then finds an idle backend and does nothing)
+ * no longer waits for the whole compaction. */
 static void
 compact_once(struct compactor *c)
 {
 	double t0 = mono_ms();
-	PGresult *r;
-	PGcancel *cancel;
-	int quit;
+	PGresult *r, *last = NULL;
+	int cancelled = 0;
 
 	if (c->conn == NULL || PQstatus(c->conn) != CONNECTION_OK) {
 		PQfinish(c->conn);
 		/* as the loading lanes connect: a black-holed server fails the
-		 * statement (and compactor_stop's cancel request) in ~30 s
-		 * instead of holding a stopping ingest past its supervisor's
-		 * stop timeout */
+		 * statement (and the cancel request) in ~30 s instead of
+		 * holding a stopping ingest past its supervisor's stop timeout */
 		c->conn = pgpool_connectdb(c->dsn, "linkpulse-ingest-compactor", "5");
-		if (PQstatus(c->conn) != CONNECTION_OK) {
+		if (PQstatus(c->conn) == CONNECTION_OK) {
+			/* one statement folds every batch row: a statement_timeout
+			 * from the role or pg_dsn cancelled it once the backlog
+			 * outgrew it, and every later, longer run too, for good */
+			r = PQexec(c->conn, "SET statement_timeout = 0");
+			if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+				PQfinish(c->conn);
+				c->conn = NULL;
+			}
+			PQclear(r);
+		}
+		if (c->conn == NULL || PQstatus(c->conn) != CONNECTION_OK) {
 			log_warnx("link_day_dim compaction: PostgreSQL: %s (retried in %d s)",
-			    c->conn ? PQerrorMessage(c->conn) : "out of memory", c->interval_s);
+			    c->conn ? PQerrorMessage(c->conn) : "cannot connect or set "
+			    "statement_timeout", c->interval_s);
 			return;
 		}
 	}
-	cancel = PQgetCancel(c->conn);
-	pthread_mutex_lock(&c->mtx);
-	if (c->quit) {
-		pthread_mutex_unlock(&c->mtx);
-		PQfreeCancel(cancel);
+	if (quitting(c))
+		return;
+	if (!PQsendQuery(c->conn, "SELECT link_day_dim_compact()")) {
+		log_warnx("link_day_dim compaction: PostgreSQL: %s (retried in %d s)",
+		    PQerrorMessage(c->conn), c->interval_s);
 		return;
 	}
-	c->cancel = cancel;
-	pthread_mutex_unlock(&c->mtx);
-	r = PQexec(c->conn, "SELECT link_day_dim_compact()");
-	pthread_mutex_lock(&c->mtx);
-	c->cancel = NULL;
-	quit = c->quit;
-	pthread_mutex_unlock(&c->mtx);
-	PQfreeCancel(cancel);
-	if (PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "0") == 0)
+	while (PQisBusy(c->conn)) {
+		struct pollfd pfd = { PQsocket(c->conn), POLLIN, 0 };
+
+		if (!cancelled && quitting(c)) {
+			PGcancel *cn = PQgetCancel(c->conn);
+			char err[256];
+
+			if (cn == NULL || !PQcancel(cn, err, sizeof(err)))
+				log_warnx("link_day_dim compaction: cancel: %s", cn ? err : "out of memory");
+			PQfreeCancel(cn);
+			cancelled = 1;
+		}
+		if (poll(&pfd, 1, 200) < 0 && errno != EINTR)
+			break;
+		if (!PQconsumeInput(c->conn))
+			break;
+	}
+	if (PQisBusy(c->conn)) { /* the socket failed: drop the connection */
+		log_warnx("link_day_dim compaction: PostgreSQL: %s (retried in %d s)",
+		    PQerrorMessage(c->conn), c->interval_s);
+		PQfinish(c->conn);
+		c->conn = NULL;
+		return;
+	}
+	while ((r = PQgetResult(c->conn)) != NULL) {
+		PQclear(last);
+		last = r;
+	}
+	if (PQresultStatus(last) == PGRES_TUPLES_OK && strcmp(PQgetvalue(last, 0, 0), "0") == 0)
 		log_debug("link_day_dim: no batch rows to compact");
-	else if (PQresultStatus(r) == PGRES_TUPLES_OK)
-		log_info("link_day_dim: %s batch rows compacted in %.0f ms", PQgetvalue(r, 0, 0),
+	else if (PQresultStatus(last) == PGRES_TUPLES_OK)
+		log_info("link_day_dim: %s batch rows compacted in %.0f ms", PQgetvalue(last, 0, 0),
 		    mono_ms() - t0);
-	else if (quit)
+	else if (cancelled)
 		log_info("link_day_dim compaction cancelled: stopping");
 	else
 		log_warnx("link_day_dim compaction: PostgreSQL: %s (retried in %d s)",
-		    r ? PQresultErrorMessage(r) : PQerrorMessage(c->conn), c->interval_s);
-	PQclear(r);
+		    last ? PQresultErrorMessage(last) : PQerrorMessage(c->conn), c->interval_s);
+	PQclear(last);
 }
 
 static void *
@@ -137,14 +182,10 @@ compactor_start(const char *dsn, int interval_s, char *errstr, size_t errstr_siz
 void
 compactor_stop(struct compactor *c)
 {
-	char err[256];
-
 	if (c == NULL)
 		return;
 	pthread_mutex_lock(&c->mtx);
-	c->quit = 1;
-	if (c->cancel != NULL && !PQcancel(c->cancel, err, sizeof(err)))
-		log_warnx("link_day_dim compaction: cancel: %s", err);
+	c->quit = 1; /* a compaction under way is cancelled within 200 ms */
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->mtx);
 	pthread_join(c->thread, NULL);

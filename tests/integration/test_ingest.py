@@ -597,6 +597,58 @@ def test_breakdowns_batch_rows_odd_values_and_compaction(procs, pg, broker):
     assert int(pg.psql("SELECT count(*) FROM link_day_dim_batch")) > 0
 
 
+def test_compaction_ignores_the_dsns_statement_timeout(procs, pg, broker):
+    """A statement_timeout from pg_dsn (or the role) is for the loading lanes,
+    which set their own (pg_statement_timeout_ms); the compaction folds every
+    batch row in one statement and sets none: with 1 ms it was cancelled at
+    every turn, for good."""
+    gen = EventGen(seed=29)
+    ing = start_ingest(procs, pg, broker, batch_max_events=50, compact_interval_s=1,
+                       pg_dsn=pg.dsn + " options='-c statement_timeout=1'")
+    events = [gen.event() for _ in range(600)]
+    produce(broker.bootstrap, broker.topic, events)
+    wait_counts(pg, len(events), proc=ing)
+    deadline = time.time() + 30
+    while time.time() < deadline and pg.psql("SELECT count(*) FROM link_day_dim_batch") != "0":
+        time.sleep(0.3)
+    assert pg.psql("SELECT count(*) FROM link_day_dim_batch") == "0", ing.output()[-3000:]
+    assert "batch rows compacted" in ing.output()
+    assert "statement timeout" not in ing.output()
+    assert_rollups(pg)
+    assert ing.stop() == 0, ing.output()[-2000:]
+
+
+def test_stop_cancels_a_compaction(procs, pg, broker):
+    """SIGTERM while a compaction waits (here on a lock of link_day_dim_row):
+    it is cancelled and ingest exits 0 at once; its batch rows stay for the
+    next run."""
+    import psycopg2
+    gen = EventGen(seed=31)
+    ing = start_ingest(procs, pg, broker, batch_max_events=50, compact_interval_s=3600)
+    events = [gen.event() for _ in range(200)]
+    produce(broker.bootstrap, broker.topic, events)
+    wait_counts(pg, len(events), proc=ing)
+    assert ing.stop() == 0
+    lock = psycopg2.connect(pg.dsn)
+    try:
+        lock.cursor().execute("LOCK TABLE link_day_dim_row IN ACCESS EXCLUSIVE MODE")
+        ing = start_ingest(procs, pg, broker, compact_interval_s=1)
+        deadline = time.time() + 30
+        while time.time() < deadline and pg.psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                "'linkpulse-ingest-compactor' AND wait_event_type = 'Lock'") != "1":
+            time.sleep(0.2)
+        t0 = time.time()
+        assert ing.stop() == 0, ing.output()[-2000:]
+        assert time.time() - t0 < 5
+        assert "compaction cancelled: stopping" in ing.output()
+    finally:
+        lock.rollback()
+        lock.close()
+    assert int(pg.psql("SELECT count(*) FROM link_day_dim_batch")) > 0
+    assert_rollups(pg)
+
+
 def test_background_compaction_beside_loading(procs, pg, broker):
     """compact_interval_s: ingest compacts link_day_dim on its own connection
     while batches keep loading; the rollups stay equal to visit_record at
