@@ -69,7 +69,7 @@ UNITS := $(patsubst tests/unit/%.c,$(BUILD)/bin/%,$(UNIT_SRC))
 BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 FUZZERS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
 
-.PHONY: all setup geoip run check bench fuzz clean distclean units
+.PHONY: all setup geoip run check bench fuzz install clean distclean units
 all: $(PROGS) $(UNITS) $(BENCHES)
 units: $(UNITS)
 
@@ -153,6 +153,14 @@ fuzz: setup $(FUZZERS)
 		$$f -runs=$(FUZZ_RUNS) -max_len=1024 build/fuzz/corpus-$$(basename $$f) \
 		$$(ls -d tests/fuzz/seeds-$$(basename $$f) 2>/dev/null) || exit 1; \
 	done
+
+# The three programs into $(DESTDIR)$(PREFIX)/bin (the systemd units run
+# them from /usr/local/bin); their runtime libraries come from make setup
+# or deploy/packages.txt.
+PREFIX ?= /usr/local
+install: $(BUILD)/bin/redirector $(BUILD)/bin/ingest $(BUILD)/bin/reports
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $^ $(DESTDIR)$(PREFIX)/bin/
 
 clean:
 	rm -rf build

@@ -353,3 +353,17 @@ def test_systemd_security_exposure(units_here):
         m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", r.stdout)
         assert m, r.stdout[-2000:] + r.stderr
         assert float(m.group(1)) <= 2.0, f"{unit}: exposure {m.group(1)}\n{r.stdout[-3000:]}"
+
+
+def test_make_install(tmp_path):
+    """make install puts the three programs in $(DESTDIR)$(PREFIX)/bin, as
+    the units run them (docs/operations.md: make && sudo make install)."""
+    args = ["make", "-s", "install", f"DESTDIR={tmp_path}"] + (["SANITIZE=1"] if SANITIZE else [])
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for prog in PROGRAMS:
+        path = os.path.join(tmp_path, "usr/local/bin", prog)
+        assert os.access(path, os.X_OK), path
+        h = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30)
+        assert h.returncode == 0 and prog in h.stdout + h.stderr
+    assert sorted(os.listdir(os.path.join(tmp_path, "usr/local/bin"))) == sorted(PROGRAMS)
