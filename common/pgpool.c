@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,60 @@ pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
 	    sqlstate, errstr, errstr_size);
 }
 
+/* Cancel requests on threads of their own, at most CANCELS_MAX at once:
+ * PQcancel connects to the server and waits for it to close, with no
+ * timeout of its own (libpq 15), so a server that stops answering (a
+ * partition, a stopped postmaster) held the caller's thread for as long as
+ * the kernel's connect took, or for good. The caller waits 5 s for the
+ * statement's end either way, then leaves the connection to be closed. */
+#define CANCELS_MAX 8
+
+static atomic_int cancels_running;
+
+static void *
+cancel_main(void *arg)
+{
+	PGcancel *cn = arg;
+	char buf[256];
+
+	if (!PQcancel(cn, buf, sizeof(buf)))
+		log_warnx("PostgreSQL: cancel request: %s", buf);
+	PQfreeCancel(cn);
+	atomic_fetch_sub(&cancels_running, 1);
+	return NULL;
+}
+
+/* Sends c's cancel request from a detached thread; 0, or -1 when it could
+ * not be sent (logged by the caller). */
+static int
+cancel_async(PGconn *c)
+{
+	PGcancel *cn;
+	pthread_attr_t attr;
+	pthread_t t;
+	int rc;
+
+	if (atomic_fetch_add(&cancels_running, 1) >= CANCELS_MAX) {
+		atomic_fetch_sub(&cancels_running, 1);
+		return -1;
+	}
+	if ((cn = PQgetCancel(c)) == NULL) {
+		atomic_fetch_sub(&cancels_running, 1);
+		return -1;
+	}
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	rc = pthread_create(&t, &attr, cancel_main, cn);
+	pthread_attr_destroy(&attr);
+	if (rc != 0) {
+		PQfreeCancel(cn);
+		atomic_fetch_sub(&cancels_running, 1);
+		return -1;
+	}
+	return 0;
+}
+
 PGresult *
 pgpool_exec_timeout(PGconn *c, const char *sql, int nparams, const char *const *params,
                     int timeout_ms, char sqlstate[6], char *errstr, size_t errstr_size)
@@ -215,14 +270,13 @@ pgpool_exec_timeout(PGconn *c, const char *sql, int nparams, const char *const *
 		if (wait <= 0 && cancelled_at != 0)
 			break; /* not even the cancel answered: pgpool_put closes c */
 		if (wait <= 0) {
-			PGcancel *cn = PQgetCancel(c);
-			char buf[256];
-
-			/* a request on a new connection; the statement then ends
-			 * with 57014 query_canceled (or in time after all) */
-			if (cn == NULL || !PQcancel(cn, buf, sizeof(buf)))
-				log_warnx("PostgreSQL: could not cancel a statement past %d ms", timeout_ms);
-			PQfreeCancel(cn);
+			/* a request on a new connection, off this thread; the
+			 * statement then ends with 57014 query_canceled (or in
+			 * time after all) */
+			if (cancel_async(c) < 0)
+				log_warnx("PostgreSQL: could not cancel a statement past %d ms "
+				    "(%d cancel requests still under way)", timeout_ms,
+				    atomic_load(&cancels_running));
 			cancelled_at = now;
 			continue;
 		}

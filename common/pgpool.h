@@ -48,7 +48,8 @@ PGresult *pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const
                       char sqlstate[6], char *errstr, size_t errstr_size);
 
 /* As pgpool_exec, but the statement may run timeout_ms at most: past it,
- * it is cancelled (PQcancel) and NULL returned with sqlstate 57014 and
+ * it is cancelled (PQcancel, sent from a thread of its own: it can wait
+ * for a server that does not answer) and NULL returned with sqlstate 57014 and
  * errstr saying so. A server that answers neither the statement nor its
  * cancel within 5 s more leaves c busy: pgpool_put then closes it; so does
  * a statement that succeeded although its cancel was sent (the cancel could

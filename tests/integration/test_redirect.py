@@ -1222,3 +1222,40 @@ def test_lookup_timeout(procs, pg, redis, broker, workdir):
                       pred=lambda e: e["code"] in (code, "NoSuchLto1"))
     assert sorted((e["code"], e["status"]) for _, e in evs) == sorted(
         [(code, 302), ("NoSuchLto1", 404)]), evs
+
+
+def test_lookup_timeout_with_the_server_not_answering_its_cancel(procs, pg, redis, broker,
+                                                                  workdir):
+    """The cancel request past lookup_timeout_ms goes to the postmaster on a
+    new connection and waits for it to answer; here it is stopped (SIGSTOP:
+    a frozen or partitioned host). The lookup still answers 503 after the
+    timeout and the 5 s the statement gets to end: the cancel waits on a
+    thread of its own (on the lookup's thread, it held it for as long as
+    the postmaster stayed stopped)."""
+    import psycopg2
+
+    red = start(procs, pg, redis, broker, workdir, {"lookup_timeout_ms": 500}, "ltc")
+    code = red.create(url="https://example.com/ltc")["code"]
+    red.redis.cli("DEL", f"lp:link:{code}")  # only PostgreSQL knows it
+    with open(os.path.join(pg.datadir, "postmaster.pid")) as f:
+        postmaster = int(f.readline())
+    lock = psycopg2.connect(pg.dsn)
+    lock.cursor().execute("LOCK TABLE url_link IN ACCESS EXCLUSIVE MODE")
+    os.kill(postmaster, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        r = red.get("/" + code)
+        took = time.monotonic() - t0
+        assert (r.status_code, r.json()["error"]["code"]) == (503, "unavailable"), r.text
+        assert 5.0 < took < 8.0, took
+        assert "no answer 500 ms after the statement was sent, nor to its cancel" in \
+            red.proc.output()
+    finally:
+        os.kill(postmaster, signal.SIGCONT)
+        lock.rollback()
+        lock.close()
+    deadline = time.time() + 10
+    while time.time() < deadline and red.get("/" + code).status_code != 302:
+        time.sleep(0.2)
+    r = red.get("/" + code)
+    assert (r.status_code, r.headers["Location"]) == (302, "https://example.com/ltc")
