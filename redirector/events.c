@@ -131,8 +131,8 @@ dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 		    spool_refuse(ev->spool, m->key, m->key_len, m->payload, m->len) < 0) {
 			atomic_fetch_add(&ev->replay_failed, 1);
 		} else {
-			log_error("events: Kafka refused a replayed visit event for good (%s): "
-			    "kept in %s/refused.spool", rd_kafka_err2str(m->err), ev->spool_dir);
+			log_debug("events: Kafka refused a replayed visit event for good (%s)",
+			    rd_kafka_err2str(m->err));
 		}
 		atomic_fetch_add(&ev->failed, 1);
 		fail_log(ev, "delivery failed", rd_kafka_err2str(m->err));
@@ -876,10 +876,10 @@ replay_record(void *ctx, const char *key, size_t klen, const char *val, size_t v
 			return 0;
 		atomic_fetch_sub(&ev->replay_outstanding, 1);
 		if (refused_for_good(err) && spool_refuse(ev->spool, key, klen, val, vlen) == 0) {
-			/* the records after it go on */
-			log_error("events: Kafka refuses a spooled visit event for good (%s, %zu "
-			    "bytes): kept in %s/refused.spool", rd_kafka_err2str(err), vlen,
-			    ev->spool_dir);
+			/* the records after it go on (counted and logged once the
+			 * file is done: spool_refuse_close) */
+			log_debug("events: Kafka refuses a spooled visit event for good (%s, %zu "
+			    "bytes)", rd_kafka_err2str(err), vlen);
 			return 0;
 		}
 		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
@@ -902,11 +902,16 @@ replay_file(struct events *ev, const char *path)
 
 	log_info("events: replaying %s", path);
 	atomic_store(&ev->replay_failed, 0);
+	if (spool_refuse_open(ev->spool, path) < 0)
+		log_warnx("events: records Kafka refuses for good keep %s back", path);
 	rc = spool_read(path, replay_record, ev);
 	if (rc < 0 && access(path, F_OK) < 0 && errno == ENOENT) {
+		uint64_t refused;
+
 		/* removed from outside: its bytes still counted against
 		 * spool_max_bytes, and no take offers it again */
 		log_warnx("events: %s vanished before its replay; counting the spool again", path);
+		spool_refuse_close(ev->spool, 0, &refused);
 		spool_recount(ev->spool);
 		return 0;
 	}
@@ -916,11 +921,25 @@ replay_file(struct events *ev, const char *path)
 		nap(ev, 10);
 	if (rc == 0 && atomic_load(&ev->replay_outstanding) == 0 &&
 	    atomic_load(&ev->replay_failed) == 0) {
+		uint64_t refused;
+
+		if (spool_refuse_close(ev->spool, 1, &refused) < 0)
+			return -1; /* kept: retried after the monitor's wait */
+		if (refused > 0)
+			log_error("events: Kafka refused %llu visit events of %s for good (past "
+			    "kafka_message_max_bytes, or invalid): kept in refused-%s",
+			    (unsigned long long)refused, path,
+			    strrchr(path, '-') ? strrchr(path, '-') + 1 : path);
 		if (spool_done(ev->spool, path) < 0)
 			return -1; /* kept: retried after the monitor's wait */
 		log_info("events: replayed %s (%llu replayed in all)", path,
 		    (unsigned long long)atomic_load(&ev->replayed));
 		return 0;
+	}
+	{
+		uint64_t refused;
+
+		spool_refuse_close(ev->spool, 0, &refused); /* written again next time */
 	}
 	return -1;
 }

@@ -51,7 +51,7 @@ struct events_stats {
 	uint64_t spool_dropped; /* lost: the spool full, a failed write, a record
 	                         * past its bounds, held in memory at exit */
 	uint64_t spool_refused; /* spooled, refused by Kafka for good, kept in
-	                         * refused.spool (spool_refuse) */
+	                         * refused-N.spool (spool_refuse) */
 	uint64_t spool_bytes;   /* bytes in the spool now */
 	uint64_t queued;        /* messages in librdkafka's queues now (live and
 	                         * replay producers) */

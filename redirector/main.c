@@ -179,7 +179,7 @@ static const struct cfg_opt redirector_tab[] = {
 	{ "kafka_message_max_bytes", CFG_INT, "1000000", 1000, 100000000, NULL, OFF(kafka_message_max_bytes), 0,
 	  "message.max.bytes: the largest event Kafka is asked to take (keep it at most the "
 	  "topic's max.message.bytes); a spooled event Kafka refuses for good goes to "
-	  "spool_dir/refused.spool" },
+	  "spool_dir/refused-N.spool" },
 	{ "kafka_message_timeout_ms", CFG_INT, "30000", 1000, 3600000, NULL, OFF(kafka_message_timeout_ms), 0,
 	  "message.timeout.ms: events undelivered after this go to the spool" },
 	{ "shutdown_flush_ms", CFG_INT, "5000", 0, 50000, NULL, OFF(shutdown_flush_ms), 0,
@@ -516,7 +516,7 @@ metrics_setup(struct app *app, char *errstr, size_t errstr_size)
 		{ METRICS_COUNTER, "linkpulse_redirector_api_refused_total",
 		  "API calls answered 503 overloaded: api_queue calls were already waiting." },
 		{ METRICS_COUNTER, "linkpulse_redirector_events_spool_refused_total",
-		  "Spooled visit events Kafka refused for good (past kafka_message_max_bytes, or invalid), kept in spool_dir/refused.spool and not replayed." },
+		  "Spooled visit events Kafka refused for good (past kafka_message_max_bytes, or invalid), kept in spool_dir/refused-N.spool and not replayed." },
 	};
 	struct metrics_series *out[sizeof(defs) / sizeof(defs[0])];
 	struct metrics_family *f;

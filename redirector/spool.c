@@ -46,7 +46,7 @@ struct spool {
 	struct buf pending;
 	int stop;
 
-	pthread_mutex_t io;      /* the active fd, rotation, refused.spool */
+	pthread_mutex_t io;      /* the active fd, rotation */
 	int fd;
 	int lock_fd;             /* spool_dir/lock, flock()ed for the spool's life */
 	uint64_t active_bytes;   /* bytes written to the active file */
@@ -58,6 +58,11 @@ struct spool {
 
 	_Atomic uint64_t bytes;  /* total spooled: files + pending */
 	_Atomic uint64_t appended, dropped, files, refused;
+
+	pthread_mutex_t refused_mtx; /* the refused file of the replay under way */
+	int refused_fd;          /* -1 when none is open */
+	char refused_path[4096];
+	uint64_t refused_n;      /* records in it */
 	_Atomic long long last_err_log;
 };
 
@@ -145,6 +150,20 @@ replay_seq(const char *name, unsigned long long *seq)
 
 /* Opens (creating) a file to append to; sets *created when it made it, so
  * that the caller syncs its directory entry. -1 with errno. */
+/* The sequence number of a refused file's name ("refused-" 16 digits
+ * ".spool", as spool_refuse_open names them after their replay file): 1,
+ * else 0. */
+static int
+refused_seq(const char *name, unsigned long long *seq)
+{
+	char as_replay[64];
+
+	if (strlen(name) != 8 + 16 + 6 || strncmp(name, "refused-", 8) != 0)
+		return 0;
+	snprintf(as_replay, sizeof(as_replay), "replay-%s", name + 8);
+	return replay_seq(as_replay, seq);
+}
+
 static int
 open_append(const char *path, int *created)
 {
@@ -382,6 +401,13 @@ replay_files(const char *dir, uint64_t *bytes, uint64_t *files, unsigned long lo
 	while ((e = readdir(d)) != NULL) {
 		unsigned long long seq;
 
+		if (max_seq != NULL && refused_seq(e->d_name, &seq)) {
+			/* its number is not used again: a replay file of it would
+			 * write its own refusals over this one's */
+			if (seq + 1 > *max_seq)
+				*max_seq = seq + 1;
+			continue;
+		}
 		if (!replay_seq(e->d_name, &seq)) {
 			if (max_seq != NULL && strncmp(e->d_name, "replay-", 7) == 0)
 				log_warnx("spool: %s/%s is not named as the spool names its files; "
@@ -428,8 +454,10 @@ spool_open(const struct spool_conf *conf, char *errstr, size_t errstr_size)
 	s->fsync_ms = conf->fsync_ms > 0 ? conf->fsync_ms : 1;
 	s->fd = -1;
 	s->lock_fd = -1;
+	s->refused_fd = -1;
 	pthread_mutex_init(&s->mtx, NULL);
 	pthread_mutex_init(&s->io, NULL);
+	pthread_mutex_init(&s->refused_mtx, NULL);
 	if (monotime_cond_init(&s->cond) < 0) {
 		errstr_set(errstr, errstr_size, "spool: cannot set up a condition variable on CLOCK_MONOTONIC");
 		goto fail;
@@ -538,10 +566,13 @@ spool_close(struct spool *s)
 	if (s == NULL)
 		return;
 	spool_stop(s);
+	if (s->refused_fd >= 0) /* a replay cut short: the replay file stays */
+		close(s->refused_fd);
 	free(s->pending.p);
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->io);
 	pthread_mutex_destroy(&s->mtx);
+	pthread_mutex_destroy(&s->refused_mtx);
 	free(s->dir);
 	free(s);
 }
@@ -790,21 +821,47 @@ spool_done(struct spool *s, const char *path)
 }
 
 int
+spool_refuse_open(struct spool *s, const char *replay_path)
+{
+	const char *base = strrchr(replay_path, '/');
+	unsigned long long seq;
+	int rc = 0;
+
+	base = base ? base + 1 : replay_path;
+	pthread_mutex_lock(&s->refused_mtx);
+	if (s->refused_fd >= 0)
+		close(s->refused_fd);
+	s->refused_n = 0;
+	if (!replay_seq(base, &seq)) {
+		s->refused_fd = -1;
+		pthread_mutex_unlock(&s->refused_mtx);
+		errno = EINVAL;
+		return -1;
+	}
+	snprintf(s->refused_path, sizeof(s->refused_path), "%s/refused-%016llu.spool", s->dir,
+	    seq);
+	/* truncated: a retry of the same replay file writes its refusals again */
+	s->refused_fd = open(s->refused_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (s->refused_fd < 0) {
+		log_warn("spool: open %s", s->refused_path);
+		rc = -1;
+	}
+	pthread_mutex_unlock(&s->refused_mtx);
+	return rc;
+}
+
+int
 spool_refuse(struct spool *s, const void *key, size_t klen, const void *val, size_t vlen)
 {
 	uint32_t hdr[3] = { SPOOL_MAGIC, (uint32_t)klen, (uint32_t)vlen };
 	struct iovec iov[3] = { { hdr, HDR }, { (void *)(uintptr_t)key, klen },
 	    { (void *)(uintptr_t)val, vlen } };
-	char path[4096];
 	size_t need = HDR + klen + vlen, off = 0;
-	int fd, created, rc = -1;
+	int rc = -1;
 
-	snprintf(path, sizeof(path), "%s/refused.spool", s->dir);
-	pthread_mutex_lock(&s->io);
-	if ((fd = open_append(path, &created)) < 0) {
-		log_warn("spool: open %s", path);
+	pthread_mutex_lock(&s->refused_mtx);
+	if (s->refused_fd < 0)
 		goto out;
-	}
 	while (off < need) { /* one writev; a short one goes on from where it stopped */
 		struct iovec rest[3];
 		int n = 0;
@@ -820,24 +877,56 @@ spool_refuse(struct spool *s, const void *key, size_t klen, const void *val, siz
 			rest[n++].iov_len = iov[i].iov_len - skip;
 			skip = 0;
 		}
-		if ((w = writev(fd, rest, n)) < 0 && errno == EINTR)
+		if ((w = writev(s->refused_fd, rest, n)) < 0 && errno == EINTR)
 			continue;
 		if (w < 0)
 			break;
 		off += (size_t)w;
 	}
-	if (off < need || fdatasync(fd) < 0) {
-		log_warn("spool: write to %s", path);
-		close(fd);
+	if (off < need) {
+		/* the file ends torn (spool_read ignores that end) and fails
+		 * its close: the replay file stays, to be replayed again */
+		log_warn("spool: write to %s", s->refused_path);
+		close(s->refused_fd);
+		s->refused_fd = -2;
 		goto out;
 	}
-	close(fd);
-	if (created)
-		fsync_dir(s->dir);
-	atomic_fetch_add(&s->refused, 1);
+	s->refused_n++;
 	rc = 0;
 out:
-	pthread_mutex_unlock(&s->io);
+	pthread_mutex_unlock(&s->refused_mtx);
+	return rc;
+}
+
+int
+spool_refuse_close(struct spool *s, int keep, uint64_t *n)
+{
+	int rc = 0, fd;
+
+	pthread_mutex_lock(&s->refused_mtx);
+	fd = s->refused_fd;
+	*n = s->refused_n;
+	if (fd == -2) { /* a write failed */
+		rc = -1;
+		keep = 0;
+	} else if (fd >= 0 && keep && s->refused_n > 0) {
+		if (fdatasync(fd) < 0) {
+			log_warn("spool: fdatasync %s", s->refused_path);
+			rc = -1;
+			keep = 0;
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	if (fd != -1 && (!keep || s->refused_n == 0))
+		unlink(s->refused_path);
+	else if (fd >= 0)
+		fsync_dir(s->dir);
+	if (fd >= 0 && keep && rc == 0)
+		atomic_fetch_add(&s->refused, s->refused_n);
+	s->refused_fd = -1;
+	s->refused_n = 0;
+	pthread_mutex_unlock(&s->refused_mtx);
 	return rc;
 }
 

@@ -51,18 +51,26 @@ int spool_read(const char *path, spool_record_fn fn, void *ctx);
  * done, or the same file would be replayed again at once, forever. */
 int spool_done(struct spool *s, const char *path);
 
-/* Keeps a record Kafka refuses for good (larger than message.max.bytes, or
- * an invalid record) in dir/refused.spool, appended and synced, so that it
- * is neither lost nor replayed again and again, holding back the records
- * after it. Nothing replays that file: an operator who raised the limit
- * renames it to a replay file's name (README). 0, or -1 when it could not
- * be written (logged). Counted in refused. */
+/* Records Kafka refuses for good (larger than message.max.bytes, or an
+ * invalid record) while replay_path (a file from spool_take) is replayed are
+ * kept in dir/refused-<its number>.spool, so that they are neither lost nor
+ * sent again and again, holding back the records after them; nothing
+ * replays that file (an operator who raised the limit renames it to its
+ * replay file's name: README). spool_refuse_open starts the file, empty (a
+ * retry of the same replay file writes it again); spool_refuse appends one
+ * record (any thread; no sync), 0 or -1 (logged: the replay must keep its
+ * file); spool_refuse_close ends it: keep 1 (the replay file is done) syncs
+ * it and its directory and counts its *n records in refused, 0 (the replay
+ * file stays) or none written removes it. 0, or -1 when it could not be
+ * kept (then keep the replay file too). */
+int spool_refuse_open(struct spool *s, const char *replay_path);
 int spool_refuse(struct spool *s, const void *key, size_t klen, const void *val, size_t vlen);
+int spool_refuse_close(struct spool *s, int keep, uint64_t *n);
 
 struct spool_stats {
 	uint64_t appended;    /* records accepted */
 	uint64_t dropped;     /* records refused by the cap or lost to a failed write */
-	uint64_t refused;     /* records Kafka refused for good, kept in refused.spool */
+	uint64_t refused;     /* records Kafka refused for good, kept in refused-*.spool */
 	uint64_t bytes;       /* bytes spooled now (files + buffer) */
 	uint64_t files;       /* replay files waiting (not counting the active one) */
 };

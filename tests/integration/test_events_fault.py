@@ -146,9 +146,10 @@ def test_sigterm_spools_and_next_start_replays(procs, pg, redis, broker, workdir
 
 def test_event_kafka_refuses_is_kept_and_the_rest_replayed(procs, pg, redis, broker, workdir):
     """An event Kafka refuses for good (past kafka_message_max_bytes) is kept
-    in spool_dir/refused.spool, and the events spooled after it in the same
-    file are replayed: the replay stopped at it, and kept the whole file back
-    for good, retrying every 30 s."""
+    in spool_dir/refused-N.spool (N: its replay file's number), and the
+    events spooled after it in the same file are replayed: the replay
+    stopped at it, and kept the whole file back for good, retrying every
+    30 s."""
     red = start(procs, pg, redis, broker, workdir, {
         "kafka_message_max_bytes": 1000, "kafka_message_timeout_ms": 2000})
     code = red.create(url="https://example.com/big")["code"]
@@ -167,19 +168,23 @@ def test_event_kafka_refuses_is_kept_and_the_rest_replayed(procs, pg, redis, bro
     time.sleep(3)  # past kafka_message_timeout_ms: the small ones spool too
     broker.brokers_up()
     check_topic(broker, out, timeout=60)
-    refused = os.path.join(spool, "refused.spool")
+
+    def refused_files():
+        return [f for f in os.listdir(spool) if f.startswith("refused-")]
     deadline = time.time() + 20
     while time.time() < deadline and (
-            not os.path.exists(refused) or
+            not refused_files() or
             any(f.startswith("replay-") for f in os.listdir(spool)) or
             os.path.getsize(os.path.join(spool, "spool.active")) > 0):
         time.sleep(0.2)
     left = [f for f in os.listdir(spool) if f.startswith("replay-")]
     assert not left, f"replay files left: {left}"
-    with open(refused, "rb") as f:
+    names = refused_files()
+    assert len(names) == 1 and re.fullmatch(r"refused-\d{16}\.spool", names[0]), names
+    with open(os.path.join(spool, names[0]), "rb") as f:
         data = f.read()
-    assert b"r=big" in data and b"B" * 1500 in data
-    assert data.count(b"r=big") == 1  # the refused event alone
+    assert data.count(b"r=big") == 1 and b"B" * 1500 in data  # the refused event alone
+    assert data.count(b"r=after") == 0
     big = read_events(broker, 1, timeout=3, pred=lambda e: e["query"] == "r=big")
     assert big == []  # never on the topic
     metrics = red.get("/metrics").text
@@ -189,4 +194,12 @@ def test_event_kafka_refuses_is_kept_and_the_rest_replayed(procs, pg, redis, bro
     line = re.findall(r"events: .*spool_dropped=(\d+) spool_bytes=(\d+) spool_refused=(\d+)",
                       red.proc.output())
     assert line == [("0", "0", "1")], line
-    assert "refused.spool" in red.proc.output()
+    assert f"kept in {names[0]}" in red.proc.output()
+    # renamed to its replay file's name, it is replayed at the next start
+    # (the limit raised): the event reaches the topic
+    os.rename(os.path.join(spool, names[0]),
+              os.path.join(spool, names[0].replace("refused-", "replay-")))
+    red2 = start(procs, pg, redis, broker, workdir, {"kafka_message_timeout_ms": 2000})
+    big = read_events(broker, 1, timeout=30, pred=lambda e: e["query"] == "r=big")
+    assert len(big) == 1 and big[0][1]["user_agent"] == "B" * 1500
+    assert red2.proc.stop() == 0

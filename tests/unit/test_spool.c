@@ -522,32 +522,62 @@ test_sync_fails(void)
 	remove_dir(dir);
 }
 
-/* A record Kafka refuses for good is kept in refused.spool: synced, readable
- * as a spool file, counted, and never offered for replay. */
+/* Records Kafka refuses for good while a replay file is replayed are kept
+ * in refused-<its number>.spool: synced and counted once that replay file is
+ * done, written again (not added to) when it is replayed again, never
+ * offered for replay, and their number is not used again after a restart. */
 static void
 test_refuse(void)
 {
-	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], refused[4096];
+	char dir[] = "/tmp/test_spool_XXXXXX", path[4096], refused[4096], active[4096];
+	struct spool_conf conf = { dir, 1 << 20, FSYNC_MS };
 	struct spool_stats st;
 	struct spool *s;
 	struct seen seen = { 0 };
+	uint64_t n = 0;
+	char err[512];
 
 	if ((s = new_spool(dir)) == NULL)
 		return;
+	snprintf(active, sizeof(active), "%s/spool.active", dir);
+	snprintf(refused, sizeof(refused), "%s/refused-0000000000000000.spool", dir);
+	wait_writer(s, active, append(s, "r", 0, 3), 0);
+	CHECK(spool_take(s, path, sizeof(path)) == 1, "take");
+	/* a first replay that does not finish: nothing kept */
+	CHECK(spool_refuse_open(s, path) == 0, "refuse_open");
 	CHECK(spool_refuse(s, "k1", 2, "too-large-1", 11) == 0, "refuse 1");
+	CHECK(spool_refuse_close(s, 0, &n) == 0 && n == 1, "close, not kept: %llu",
+	    (unsigned long long)n);
+	CHECK(access(refused, F_OK) < 0, "%s left by a replay that did not finish", refused);
+	/* the replay again, to its end */
+	CHECK(spool_refuse_open(s, path) == 0, "refuse_open again");
+	CHECK(spool_refuse(s, "k1", 2, "too-large-1", 11) == 0, "refuse 1 again");
 	CHECK(spool_refuse(s, "k2", 2, "too-large-2", 11) == 0, "refuse 2");
+	CHECK(spool_refuse_close(s, 1, &n) == 0 && n == 2, "close, kept: %llu",
+	    (unsigned long long)n);
+	CHECK(spool_done(s, path) == 0, "done");
 	spool_stats(s, &st);
 	CHECK(st.refused == 2 && st.bytes == 0 && st.files == 0,
 	    "%llu refused, %llu bytes, %llu files", (unsigned long long)st.refused,
 	    (unsigned long long)st.bytes, (unsigned long long)st.files);
-	CHECK(spool_take(s, path, sizeof(path)) == 0, "refused.spool offered for replay");
+	CHECK(spool_take(s, path, sizeof(path)) == 0, "a refused file offered for replay");
+	CHECK(spool_refuse(s, "k3", 2, "late", 4) == -1, "a refusal after the close kept");
 	spool_close(s);
-	snprintf(refused, sizeof(refused), "%s/refused.spool", dir);
 	CHECK(spool_read(refused, collect, &seen) == 0, "spool_read %s", refused);
 	CHECK(seen.n == 2, "read %d refused records, want 2", seen.n);
 	if (seen.n == 2) {
 		CHECK_STR(seen.vals[0], "too-large-1", "first refused");
 		CHECK_STR(seen.vals[1], "too-large-2", "second refused");
+	}
+	/* a restart: the next replay file is not numbered 0 again */
+	s = spool_open(&conf, err, sizeof(err));
+	CHECK(s != NULL, "spool_open again: %s", err);
+	if (s != NULL) {
+		wait_writer(s, active, append(s, "n", 0, 1), 0);
+		CHECK(spool_take(s, path, sizeof(path)) == 1, "take after the restart");
+		CHECK(strstr(path, "/replay-0000000000000001.spool") != NULL, "took %s", path);
+		spool_done(s, path);
+		spool_close(s);
 	}
 	unlink(refused);
 	remove_dir(dir);
