@@ -306,6 +306,10 @@ pgpool_exec_timeout(PGconn *c, const char *sql, int nparams, const char *const *
 		 * that pgpool_put closes it (never waiting on it). */
 		(void)PQsendQuery(c, "SELECT 1");
 	} else if (cancelled_at != 0) {
+		/* 57014, from our cancel or from the server's own timeout or an
+		 * administrator's: ours, on its thread, may still be under way
+		 * and could hit the next statement, so c goes too */
+		(void)PQsendQuery(c, "SELECT 1");
 		PQclear(last);
 		if (sqlstate != NULL)
 			snprintf(sqlstate, 6, "57014");

@@ -52,8 +52,8 @@ PGresult *pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const
  * for a server that does not answer) and NULL returned with sqlstate 57014 and
  * errstr saying so. A server that answers neither the statement nor its
  * cancel within 5 s more leaves c busy: pgpool_put then closes it; so does
- * a statement that succeeded although its cancel was sent (the cancel could
- * hit the next one). Run nothing more on c: give it back. */
+ * any statement whose cancel was sent (it could still hit the next one).
+ * Run nothing more on c: give it back. */
 PGresult *pgpool_exec_timeout(PGconn *c, const char *sql, int nparams,
                               const char *const *params, int timeout_ms, char sqlstate[6],
                               char *errstr, size_t errstr_size);

@@ -1179,7 +1179,8 @@ def test_lookup_timeout(procs, pg, redis, broker, workdir):
     cancelled after lookup_timeout_ms: the redirect gets 503 "unavailable"
     with no event and the API's get, list, resolve, edit and delete 503
     "database_unavailable", each in about that time, the edit and delete
-    changing nothing, the pool's connection still usable; once the lock goes the
+    changing nothing (each connection a cancel went to is closed, a new one made);
+    once the lock goes the
     same code is found (a failed lookup is not remembered as unknown)."""
     import psycopg2
 
