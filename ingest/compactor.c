@@ -72,7 +72,7 @@ compact_once(struct compactor *c)
 {
 	double t0 = mono_ms();
 	PGresult *r, *last = NULL;
-	int cancelled = 0;
+	double cancelled = 0; /* mono_ms of the last cancel request */
 
 	if (c->conn == NULL || PQstatus(c->conn) != CONNECTION_OK) {
 		PQfinish(c->conn);
@@ -108,14 +108,16 @@ compact_once(struct compactor *c)
 	while (PQisBusy(c->conn)) {
 		struct pollfd pfd = { PQsocket(c->conn), POLLIN, 0 };
 
-		if (!cancelled && quitting(c)) {
+		/* again every second: PostgreSQL ignores a cancel that comes
+		 * while it is still reading the command */
+		if ((cancelled == 0 || mono_ms() - cancelled >= 1000) && quitting(c)) {
 			PGcancel *cn = PQgetCancel(c->conn);
 			char err[256];
 
 			if (cn == NULL || !PQcancel(cn, err, sizeof(err)))
 				log_warnx("link_day_dim compaction: cancel: %s", cn ? err : "out of memory");
 			PQfreeCancel(cn);
-			cancelled = 1;
+			cancelled = mono_ms();
 		}
 		if (poll(&pfd, 1, 200) < 0 && errno != EINTR)
 			break;
