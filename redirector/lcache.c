@@ -107,16 +107,17 @@ carry_keep(struct shard *s, const struct lcache_entry *e, int64_t now)
 }
 
 /* Gives a freshly loaded entry what carry_keep kept of its link: what was
- * served less what the count rose by since, at least 0 (shard locked). */
+ * served less what the count rose by since, at least 0; with take 0 only
+ * forgets it (a refresh carries its old entry's own). Shard locked. */
 static void
-carry_take(struct shard *s, struct lcache_entry *e, int64_t now)
+carry_take(struct shard *s, struct lcache_entry *e, int64_t now, int take)
 {
 	for (int i = 0; i < CARRIES; i++) {
 		struct carry *k = &s->carry[i];
 
 		if (k->id != e->rec.id || k->id == 0)
 			continue;
-		if (now < k->until_ms) {
+		if (take && now < k->until_ms) {
 			long long pending = k->local - (e->rec.hits - k->hits);
 
 			atomic_store(&e->hits_local, pending > 0 ? pending : 0);
@@ -332,8 +333,10 @@ fill(struct lcache *c, struct shard *s, struct lcache_entry *e, struct lcache_re
 
 	e->rec = *rec;
 	e->aux = aux;
-	if (rc > 0)
-		carry_take(s, e, now);
+	/* only into an entry the table keeps: a load invalidated meanwhile
+	 * serves its callers once and goes, and would use the carry up */
+	if (rc > 0 && e->in_table)
+		carry_take(s, e, now, 1);
 	e->expires_ms = now + (rc > 0 ? c->conf.ttl_ms : c->conf.negative_ttl_ms);
 	e->loading = 0;
 	e->bytes += add;
@@ -396,6 +399,8 @@ refresh(struct lcache *c, struct shard *s, struct lcache_entry *old, uint64_t ge
 	 * load may have read the row before that edit, and old may have been
 	 * evicted before it, so no mark on old would tell. */
 	if (s->gen == gen0 && find(s, ne->code, ne->hash) == NULL) {
+		if (rc > 0) /* carried from old above; an older carry is stale */
+			carry_take(s, ne, now, 0);
 		insert(c, s, ne);
 	} else {
 		atomic_store(&ne->refs, 1); /* invalidated, or another load inserted */
