@@ -478,9 +478,11 @@ set_str(struct local *l, int i, const char *s)
 
 		if (copy == NULL)
 			return -1;
-		for (size_t k = 0; k < n; k++)
-			copy[k] = (unsigned char)s[k] < 0x80 ? s[k] : '?';
+		/* only the bytes that are not UTF-8 become '?' (every byte past
+		 * 0x7f did: one Latin-1 byte cost a field all its characters) */
+		memcpy(copy, s, n);
 		copy[n] = '\0';
+		errstr_utf8_clean(copy);
 		n = json_string_setn(l->str[i], copy, n) < 0;
 		free(copy);
 		if (n)
@@ -623,6 +625,19 @@ events_encode(struct events *ev, const struct events_visit *v, uint64_t id, cons
  * a visit waits at most about this plus the encoder's nap (<= 16 ms). */
 #define STALE_MS 5
 
+/* s's length cut to max bytes, and then back to the start of a character
+ * the cut would split (UTF-8 continuation bytes), so that a long header's
+ * event keeps its text whole. */
+static size_t
+cut_len(const char *s, size_t max)
+{
+	size_t n = strnlen(s, max);
+
+	for (int k = 0; k < 3 && s[n] != '\0' && n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80; k++)
+		n--;
+	return n;
+}
+
 static struct pending *
 pending_new(const struct events_visit *v, uint64_t id)
 {
@@ -633,7 +648,7 @@ pending_new(const struct events_visit *v, uint64_t id)
 	for (int i = 0; i < NFIELDS; i++) {
 		const char *s = *visit_str(v, i);
 
-		len[i] = s != NULL ? strnlen(s, fields[i].max) : 0;
+		len[i] = s != NULL ? cut_len(s, fields[i].max) : 0;
 		total += s != NULL ? len[i] + 1 : 0;
 	}
 	if ((p = malloc(sizeof(*p) + total)) == NULL)

@@ -221,6 +221,12 @@ json_allow(struct http_req *req, unsigned status, json_t *body, const char *allo
 		return MHD_NO;
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	/* an error is never for a cache to keep (RFC 9111 lets one store a
+	 * 404 or 410 heuristically): a link made or enabled later must not
+	 * meet a kept 404 or 410 (the redirect path's shared answers say so;
+	 * these, e.g. its answers during the drain, did not) */
+	if (status >= 400)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	if (allow != NULL)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
 	if (status == MHD_HTTP_UNAUTHORIZED) /* RFC 9110: a 401 names its scheme */

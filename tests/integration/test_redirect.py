@@ -154,6 +154,31 @@ def test_every_link_state(red):
     assert got == sorted(want)
 
 
+def test_errors_are_not_for_caches(red):
+    """Every error answer says Cache-Control: no-store (a cache may keep a
+    404 or 410 it is not told about, and the link can exist or come back
+    later), the redirect path's shared answers as the API's; a redirect says
+    private, max-age=0."""
+    code = red.create(url="https://example.com/nc")["code"]
+    r = red.get("/" + code)
+    assert (r.status_code, r.headers.get("Cache-Control")) == (302, "private, max-age=0")
+    gone = red.create(url="https://example.com/nc-gone")["code"]
+    red.api("PATCH", f"/links/{gone}", {"disabled": True})
+    for path, status in (("/NoSuchNc1", 404), ("/" + gone, 410)):
+        for method in ("GET", "HEAD"):
+            r = red.get(path, method=method)
+            assert (r.status_code, r.headers.get("Cache-Control")) == (status, "no-store"), \
+                (path, method, dict(r.headers))
+    auth = {"Authorization": f"Bearer {red.key}"}
+    for method, path, headers, status in (
+            ("GET", "/api/v1/links/NoSuchNc1", auth, 404),
+            ("GET", "/api/v1/links", {}, 401),
+            ("PUT", "/api/v1/links", auth, 405)):
+        r = red.s.request(method, red.base + path, headers=headers, timeout=10)
+        assert (r.status_code, r.headers.get("Cache-Control")) == (status, "no-store"), \
+            (method, path, r.status_code, dict(r.headers))
+
+
 def test_max_visits_counts_local_redirects(red):
     m = red.create(url="https://example.com/mv", max_visits=3)
     red.pg.psql(f"INSERT INTO link_total (url_link_id, visits) VALUES ({m['id']}, 1)")
@@ -388,15 +413,20 @@ def test_events_match_schema(red):
     hdrs = [{}, {"User-Agent": "Mozilla/5.0 (iPhone)", "Referer": "https://t.co/x",
                  "Accept-Language": "en-US", "Host": "go.example"},
             {"User-Agent": "bad \udcff".encode("utf-8", "surrogateescape").decode("latin-1")},
-            {"User-Agent": "Mözilla/5.0 ✓ 日本 – ok".encode("utf-8").decode("latin-1")}]
+            {"User-Agent": "Mözilla/5.0 ✓ 日本 – ok".encode("utf-8").decode("latin-1")},
+            # one Latin-1 byte among UTF-8 characters; an Accept-Language cut
+            # by its 1,024-byte bound inside a character
+            {"User-Agent": "Ünï \udce9 日本".encode("utf-8", "surrogateescape").decode("latin-1"),
+             "Accept-Language": ("fr-例え;" + "a" * (1024 - 11) + "日本").encode(
+                 "utf-8").decode("latin-1")}]
     for h in hdrs:
         assert red.get("/" + code["code"], headers=h).status_code == 302
     assert red.get("/Unknown_Code-1").status_code == 404
     stamps, raws = {}, {}
-    evs = read_events(red.broker, 5, stamps=stamps, raws=raws)
-    assert len(evs) == 5
+    evs = read_events(red.broker, 6, stamps=stamps, raws=raws)
+    assert len(evs) == 6
     ids = [e["id"] for _, e in evs]
-    assert len(set(ids)) == 5
+    assert len(set(ids)) == 6
     for key, e in evs:
         # version 2: a positional array the schema names element by element
         raw = raws[e["id"]]
@@ -411,11 +441,18 @@ def test_events_match_schema(red):
         # or after the visit, by at most the encoding's wait
         assert 0 <= stamps[e["id"]] - e["ts"] // 1000 < 1000, (stamps[e["id"]], e["ts"])
     mine = sorted((e for _, e in evs if e["code"] == code["code"]), key=lambda e: e["id"])
-    assert [e["link_id"] for e in mine] == [code["id"]] * 4
+    assert [e["link_id"] for e in mine] == [code["id"]] * 5
     assert mine[1]["host"] == "go.example" and mine[1]["user_agent"] == "Mozilla/5.0 (iPhone)"
     # bytes that are not UTF-8 become '?'; valid UTF-8 is kept as sent
     assert mine[2]["user_agent"] == "bad ?"
     assert mine[3]["user_agent"] == "Mözilla/5.0 ✓ 日本 – ok"
+    # only the byte that is not UTF-8 becomes '?' (every byte past 0x7f did)
+    assert mine[4]["user_agent"] == "Ünï ? 日本", mine[4]["user_agent"]
+    # cut on a character: 1,023 bytes, the split 日 left out (the cut made
+    # the field invalid, and every character of it became ?)
+    lang = "fr-例え;" + "a" * (1024 - 11)
+    assert len(lang.encode()) == 1023
+    assert mine[4]["accept_language"] == lang, mine[4]["accept_language"][:40]
     assert mine[0]["user_agent"] is None or mine[0]["user_agent"].startswith("python-requests")
     assert mine[0]["referer"] is None and mine[0]["accept_language"] is None
 
