@@ -841,6 +841,24 @@ loader_record_lost(struct loader *l, int32_t partition, int64_t from, int64_t to
 	snprintf(sto, sizeof(sto), "%lld", (long long)to);
 	if (exec_ok(l, "BEGIN", errstr, errstr_size) < 0)
 		goto fail;
+	/* Only while the stored offset is still where this member read it: a
+	 * member that was replaced meanwhile (a stall past
+	 * max.poll.interval.ms) would record the range a second time and force
+	 * the new owner's offset back. */
+	r = exec_params(l, "lock the stored offset", "SELECT next_offset FROM ingest_offset WHERE "
+	    "consumer_group = $1 AND topic = $2 AND kafka_partition = $3 FOR UPDATE", 3, params,
+	    errstr, errstr_size);
+	if (r == NULL)
+		goto fail;
+	if (PQntuples(r) == 1 ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) != from : from != 0) {
+		errstr_set(errstr, errstr_size, "partition %d's stored offset is %s, not %lld: "
+		    "another member moved it", partition, PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) :
+		    "absent", (long long)from);
+		PQclear(r);
+		rollback(l);
+		return 1;
+	}
+	PQclear(r);
 	r = exec_params(l, "insert ingest_lost", "INSERT INTO ingest_lost (consumer_group, topic,"
 	    " kafka_partition, from_offset, to_offset, reason) VALUES ($1, $2, $3, $4, $5, $6)", 6,
 	    params, errstr, errstr_size);

@@ -54,7 +54,10 @@ int loader_connect(struct loader *l, char *errstr, size_t errstr_size);
 int loader_read_offsets(struct loader *l, const int32_t *partitions, int n, int64_t *offsets,
                         char *errstr, size_t errstr_size);
 /* Records [from, to) of partition as lost (to -1: unknown) with reason, and
- * moves the stored next offset to resume_at (when >= 0), in one transaction. */
+ * moves the stored next offset to resume_at (when >= 0), in one transaction,
+ * while the stored offset is still from (or absent with from 0). Returns 0,
+ * 1 when it is not (another member moved it: nothing recorded, errstr says
+ * so) or -1. */
 int loader_record_lost(struct loader *l, int32_t partition, int64_t from, int64_t to,
                        int64_t resume_at, const char *reason, char *errstr, size_t errstr_size);
 /* 1 when link_hour has the hll visitors column (else link_hour_visitor is

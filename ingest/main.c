@@ -121,6 +121,7 @@ struct app {
 static volatile sig_atomic_t stop_flag, hup_flag;
 static atomic_int unhealthy; /* loads failing: /healthz answers 503 */
 static atomic_int offsets_failing; /* the stored offsets cannot be read: 503 too */
+static atomic_int recovering; /* re-reading the stored offsets, re-assigning: 503 */
 
 static void
 on_signal(int sig)
@@ -144,6 +145,11 @@ health(void *arg, char *reason, size_t reason_size)
 	if (atomic_load(&unhealthy)) {
 		snprintf(reason, reason_size, "batches cannot be loaded into PostgreSQL "
 		    "(retrying from the stored offsets)");
+		return 0;
+	}
+	if (atomic_load(&recovering)) {
+		snprintf(reason, reason_size, "recovering: partitions wait to be re-assigned at "
+		    "their stored offsets (retrying; nothing loads meanwhile)");
 		return 0;
 	}
 	return 1;
@@ -259,12 +265,15 @@ reseek(struct app *a)
 static void
 recover(struct app *a)
 {
-	/* A batch failed (logged and counted already), or partitions only wait
-	 * for their stored offsets (consumer_retry_pending): nothing lost then. */
-	int lost = builder_failed(a->builder) || !consumer_retry_pending(a->cons);
+	/* A batch failed (logged and counted already), or nothing consumed was
+	 * left unloaded: partitions wait for their stored offsets or their
+	 * assignment, a re-seek or a lost range's record failed (everything
+	 * taken had been drained and loaded before those). */
+	int lost = builder_failed(a->builder);
 	int backoff = 200;
 	char err[512];
 
+	atomic_store(&recovering, 1);
 	if (lost)
 		a->unloaded = 1;
 	builder_reset(a->builder);
@@ -274,7 +283,8 @@ recover(struct app *a)
 		if (a->retry_ms > 5000)
 			a->retry_ms = 5000;
 		log_error("%s %lld ms after recovering; retrying in %d ms",
-		    lost ? "loading failed again" : "the stored offsets still cannot be read",
+		    lost ? "loading failed again" : "partitions still cannot be re-assigned at "
+		    "their stored offsets",
 		    (long long)(monotime_ms() - a->recovered_ms), a->retry_ms);
 		idle_poll(a, a->retry_ms);
 	} else {
@@ -292,6 +302,7 @@ recover(struct app *a)
 	if (reseek(a) < 0)
 		return;
 	atomic_store(&unhealthy, 0); /* reconnected and re-read: loading again */
+	atomic_store(&recovering, 0);
 	a->unloaded = 0;
 	log_info("recovered: loading again from the stored offsets");
 }
@@ -339,14 +350,23 @@ out_of_range(struct app *a, int32_t p, int64_t at, const char *what)
 		reseek(a);
 		return;
 	}
-	log_error("LOST EVENTS: topic %s partition %d: %s", a->conf.kafka_topic, p, reason);
-	if (loader_record_lost(a->loader, p, from, to, resume, reason, err, sizeof(err)) < 0) {
-		log_error("recording the lost range: %s", err);
+	switch (loader_record_lost(a->loader, p, from, to, resume, reason, err, sizeof(err))) {
+	case 0:
+		log_error("LOST EVENTS: topic %s partition %d: %s", a->conf.kafka_topic, p, reason);
+		stats_add_lost();
+		reseek(a);
+		return;
+	case 1: /* a stale error: the partition went on elsewhere */
+		log_warnx("partition %d: out of range at %lld, not recorded: %s; re-seeking", p,
+		    (long long)from, err);
+		reseek(a);
+		return;
+	default:
+		log_error("LOST EVENTS: topic %s partition %d: %s (recording it failed: %s; "
+		    "retried)", a->conf.kafka_topic, p, reason, err);
 		a->failed = 1;
 		return;
 	}
-	stats_add_lost();
-	reseek(a);
 }
 
 /* Takes one message: to the builder (which then owns it; returns 1), or
@@ -522,7 +542,9 @@ main(int argc, char **argv)
 	drain(&a);
 	/* the supervisor should know: the events consumed since the last
 	 * commit stay in Kafka (their offsets did not move) for the next start */
-	if (a.failed || a.unloaded || builder_failed(a.builder)) {
+	/* not a.failed: a re-seek or a lost range's record failing leaves
+	 * nothing consumed unloaded (unloaded says when a batch did) */
+	if (a.unloaded || builder_failed(a.builder)) {
 		log_error("stopping: the last batch could not be loaded; its events are loaded "
 		    "at the next start (the stored offsets did not move)");
 		rc = 1;

@@ -328,6 +328,27 @@ def test_sigterm_while_stored_offsets_cannot_be_read(procs, pg, broker):
     assert counts(pg) == (0, 0)
 
 
+def test_sigterm_in_a_recovery_backoff_exits_0(procs, pg, broker):
+    """Stored offsets unreadable (ingest_offset locked, each read cancelled
+    after 300 ms) and the recovery retrying with backoff: a SIGTERM that
+    lands in the backoff (most of the time once it has grown) exits 0, as
+    one during the read does: nothing was consumed. It exited 1 ("the last
+    batch could not be loaded") when the failed re-seek's flag was still
+    set."""
+    produce(broker.bootstrap, broker.topic, [EventGen(seed=18).event() for _ in range(5)])
+    with table_locked(pg, "ingest_offset"):
+        ing = start_ingest(procs, pg, broker, pg_statement_timeout_ms=300)
+        deadline = time.time() + 40
+        while ing.output().count("after recovering; retrying in") < 4:
+            assert time.time() < deadline, ing.output()[-3000:]
+            time.sleep(0.1)
+        rc = ing.stop()
+    out = ing.output()
+    assert rc == 0, out[-3000:]
+    assert "could not be loaded" not in out, out[-3000:]
+    assert counts(pg) == (0, 0)
+
+
 def test_healthz_503_while_stored_offsets_cannot_be_read(procs, pg, broker):
     """While the stored offsets cannot be read (here ingest_offset locked by
     an operator, each read failing after pg_statement_timeout_ms; at a
