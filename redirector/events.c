@@ -457,6 +457,19 @@ is_ascii(const char *s, size_t n)
  * other bytes get it, and invalid UTF-8 (a bad header, or a character split
  * by the truncation) becomes '?' per non-ASCII byte so that a visit is never
  * lost to it. */
+/* s's length cut to max bytes, and then back to the start of a character
+ * the cut would split (UTF-8 continuation bytes), so that a long header's
+ * event keeps its text whole. */
+static size_t
+cut_len(const char *s, size_t max)
+{
+	size_t n = strnlen(s, max);
+
+	for (int k = 0; k < 3 && s[n] != '\0' && n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80; k++)
+		n--;
+	return n;
+}
+
 static int
 set_str(struct local *l, int i, const char *s)
 {
@@ -469,7 +482,7 @@ set_str(struct local *l, int i, const char *s)
 		l->present[i] = 0;
 		return 0;
 	}
-	n = strnlen(s, fields[i].max);
+	n = cut_len(s, fields[i].max);
 	same = json_string_length(l->str[i]) == n &&
 	    memcmp(json_string_value(l->str[i]), s, n) == 0;
 	if (!same && (is_ascii(s, n) ? json_string_setn_nocheck(l->str[i], s, n) < 0 :
@@ -624,19 +637,6 @@ events_encode(struct events *ev, const struct events_visit *v, uint64_t id, cons
  * own list for this long (a thread that went quiet, or a slow trickle), so
  * a visit waits at most about this plus the encoder's nap (<= 16 ms). */
 #define STALE_MS 5
-
-/* s's length cut to max bytes, and then back to the start of a character
- * the cut would split (UTF-8 continuation bytes), so that a long header's
- * event keeps its text whole. */
-static size_t
-cut_len(const char *s, size_t max)
-{
-	size_t n = strnlen(s, max);
-
-	for (int k = 0; k < 3 && s[n] != '\0' && n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80; k++)
-		n--;
-	return n;
-}
 
 static struct pending *
 pending_new(const struct events_visit *v, uint64_t id)
@@ -915,6 +915,14 @@ replay_file(struct events *ev, const char *path)
 	long long deadline;
 	int rc;
 
+	if (atomic_load(&ev->replay_outstanding) > 0) {
+		/* reports of an earlier attempt still due (a stalled broker
+		 * answers past the wait below): they would count against this
+		 * attempt and write into its refused file */
+		log_warnx("events: %lld replayed messages of an earlier attempt still await "
+		    "their delivery reports", (long long)atomic_load(&ev->replay_outstanding));
+		return -1;
+	}
 	log_info("events: replaying %s", path);
 	atomic_store(&ev->replay_failed, 0);
 	if (spool_refuse_open(ev->spool, path) < 0)
@@ -940,13 +948,13 @@ replay_file(struct events *ev, const char *path)
 
 		if (spool_refuse_close(ev->spool, 1, &refused) < 0)
 			return -1; /* kept: retried after the monitor's wait */
+		if (spool_done(ev->spool, path) < 0)
+			return -1; /* kept: retried after the monitor's wait */
 		if (refused > 0)
 			log_error("events: Kafka refused %llu visit events of %s for good (past "
 			    "kafka_message_max_bytes, or invalid): kept in refused-%s",
 			    (unsigned long long)refused, path,
 			    strrchr(path, '-') ? strrchr(path, '-') + 1 : path);
-		if (spool_done(ev->spool, path) < 0)
-			return -1; /* kept: retried after the monitor's wait */
 		log_info("events: replayed %s (%llu replayed in all)", path,
 		    (unsigned long long)atomic_load(&ev->replayed));
 		return 0;

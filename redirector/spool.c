@@ -63,6 +63,7 @@ struct spool {
 	int refused_fd;          /* -1 when none is open */
 	char refused_path[4096];
 	uint64_t refused_n;      /* records in it */
+	uint64_t refused_kept;   /* of a kept file whose replay file is not done yet */
 	_Atomic long long last_err_log;
 };
 
@@ -817,6 +818,10 @@ spool_done(struct spool *s, const char *path)
 	sub_sat(&s->bytes, (uint64_t)st.st_size);
 	sub_sat(&s->files, 1);
 	fsync_dir(s->dir);
+	pthread_mutex_lock(&s->refused_mtx);
+	atomic_fetch_add(&s->refused, s->refused_kept);
+	s->refused_kept = 0;
+	pthread_mutex_unlock(&s->refused_mtx);
 	return 0;
 }
 
@@ -832,6 +837,7 @@ spool_refuse_open(struct spool *s, const char *replay_path)
 	if (s->refused_fd >= 0)
 		close(s->refused_fd);
 	s->refused_n = 0;
+	s->refused_kept = 0;
 	if (!replay_seq(base, &seq)) {
 		s->refused_fd = -1;
 		pthread_mutex_unlock(&s->refused_mtx);
@@ -922,8 +928,9 @@ spool_refuse_close(struct spool *s, int keep, uint64_t *n)
 		unlink(s->refused_path);
 	else if (fd >= 0)
 		fsync_dir(s->dir);
-	if (fd >= 0 && keep && rc == 0)
-		atomic_fetch_add(&s->refused, s->refused_n);
+	/* counted once its replay file is done (spool_done): a replay file
+	 * that stays is replayed again, its refusals written again */
+	s->refused_kept = fd >= 0 && keep && rc == 0 ? s->refused_n : 0;
 	s->refused_fd = -1;
 	s->refused_n = 0;
 	pthread_mutex_unlock(&s->refused_mtx);

@@ -555,6 +555,9 @@ test_refuse(void)
 	CHECK(spool_refuse(s, "k2", 2, "too-large-2", 11) == 0, "refuse 2");
 	CHECK(spool_refuse_close(s, 1, &n) == 0 && n == 2, "close, kept: %llu",
 	    (unsigned long long)n);
+	spool_stats(s, &st);
+	CHECK(st.refused == 0, "%llu refused counted before the replay file is done",
+	    (unsigned long long)st.refused);
 	CHECK(spool_done(s, path) == 0, "done");
 	spool_stats(s, &st);
 	CHECK(st.refused == 2 && st.bytes == 0 && st.files == 0,
