@@ -223,10 +223,8 @@ cancel_main(void *arg)
 	return NULL;
 }
 
-/* Sends c's cancel request from a detached thread; 0, or -1 when it could
- * not be sent (logged by the caller). */
-static int
-cancel_async(PGconn *c)
+int
+pgpool_cancel_async(PGconn *c)
 {
 	PGcancel *cn;
 	pthread_attr_t attr;
@@ -273,7 +271,7 @@ pgpool_exec_timeout(PGconn *c, const char *sql, int nparams, const char *const *
 			/* a request on a new connection, off this thread; the
 			 * statement then ends with 57014 query_canceled (or in
 			 * time after all) */
-			if (cancel_async(c) < 0)
+			if (pgpool_cancel_async(c) < 0)
 				log_warnx("PostgreSQL: could not cancel a statement past %d ms "
 				    "(%d cancel requests still under way)", timeout_ms,
 				    atomic_load(&cancels_running));

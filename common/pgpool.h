@@ -47,6 +47,12 @@ int pgpool_ping(struct pgpool *p, char *errstr, size_t errstr_size);
 PGresult *pgpool_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
                       char sqlstate[6], char *errstr, size_t errstr_size);
 
+/* Sends c's cancel request (PQcancel) from a detached thread of its own,
+ * at most 8 at once: it connects to the server and waits for it to answer,
+ * with no timeout in libpq 15. Returns 0, or -1 when it could not be sent
+ * (too many under way, out of memory, no thread). c may be closed at once. */
+int pgpool_cancel_async(PGconn *c);
+
 /* As pgpool_exec, but the statement may run timeout_ms at most: past it,
  * it is cancelled (PQcancel, sent from a thread of its own: it can wait
  * for a server that does not answer) and NULL returned with sqlstate 57014 and

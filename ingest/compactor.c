@@ -72,7 +72,7 @@ compact_once(struct compactor *c)
 {
 	double t0 = mono_ms();
 	PGresult *r, *last = NULL;
-	double cancelled = 0; /* mono_ms of the last cancel request */
+	double cancelled = 0, first = 0; /* mono_ms of the last, first cancel request */
 
 	if (c->conn == NULL || PQstatus(c->conn) != CONNECTION_OK) {
 		PQfinish(c->conn);
@@ -111,13 +111,22 @@ compact_once(struct compactor *c)
 		/* again every second: PostgreSQL ignores a cancel that comes
 		 * while it is still reading the command */
 		if ((cancelled == 0 || mono_ms() - cancelled >= 1000) && quitting(c)) {
-			PGcancel *cn = PQgetCancel(c->conn);
-			char err[256];
-
-			if (cn == NULL || !PQcancel(cn, err, sizeof(err)))
-				log_warnx("link_day_dim compaction: cancel: %s", cn ? err : "out of memory");
-			PQfreeCancel(cn);
+			/* off this thread: PQcancel can wait for a server that
+			 * does not answer */
+			if (pgpool_cancel_async(c->conn) < 0)
+				log_warnx("link_day_dim compaction: could not send a cancel request");
 			cancelled = mono_ms();
+			if (first == 0)
+				first = cancelled;
+		}
+		if (first != 0 && mono_ms() - first >= 5000) {
+			/* no answer to the statement nor to 5 s of cancels: the
+			 * stop goes on; PQfinish closes the connection */
+			log_warnx("link_day_dim compaction: no answer 5 s after its cancel; "
+			    "closing the connection");
+			PQfinish(c->conn);
+			c->conn = NULL;
+			return;
 		}
 		if (poll(&pfd, 1, 200) < 0 && errno != EINTR)
 			break;
