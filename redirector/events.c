@@ -929,12 +929,10 @@ replay_file(struct events *ev, const char *path)
 		log_warnx("events: records Kafka refuses for good keep %s back", path);
 	rc = spool_read(path, replay_record, ev);
 	if (rc < 0 && access(path, F_OK) < 0 && errno == ENOENT) {
-		uint64_t refused;
-
 		/* removed from outside: its bytes still counted against
 		 * spool_max_bytes, and no take offers it again */
 		log_warnx("events: %s vanished before its replay; counting the spool again", path);
-		spool_refuse_close(ev->spool, 0, &refused);
+		spool_refuse_close(ev->spool, 0, NULL);
 		spool_recount(ev->spool);
 		return 0;
 	}
@@ -959,11 +957,7 @@ replay_file(struct events *ev, const char *path)
 		    (unsigned long long)atomic_load(&ev->replayed));
 		return 0;
 	}
-	{
-		uint64_t refused;
-
-		spool_refuse_close(ev->spool, 0, &refused); /* written again next time */
-	}
+	spool_refuse_close(ev->spool, 0, NULL); /* written again next time */
 	return -1;
 }
 

@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -252,6 +251,24 @@ count_records(const char *p, size_t len)
 	return n;
 }
 
+/* Writes n bytes at p to fd, going on after short writes and EINTR; *done
+ * gets what was written. 0, or -1 with errno. */
+static int
+write_all(int fd, const void *p, size_t n, size_t *done)
+{
+	*done = 0;
+	while (*done < n) {
+		ssize_t w = write(fd, (const char *)p + *done, n - *done);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		*done += (size_t)w;
+	}
+	return 0;
+}
+
 /* Writes b at the end of the active file. Returns 0, or -1 (errno kept)
  * when a write failed: the file is then cut back to where b began, so that
  * it still ends on a whole record and records appended after it (once there
@@ -262,30 +279,24 @@ write_buf(struct spool *s, const struct buf *b, size_t *kept)
 {
 	uint64_t start = s->active_bytes;
 	size_t off = 0;
+	int e;
 
 	*kept = 0;
-	while (off < b->len) {
-		ssize_t n = write(s->fd, b->p + off, b->len - off);
-		int e = errno;
-
-		if (n < 0 && e == EINTR)
-			continue;
-		if (n < 0) {
-			if (ftruncate(s->fd, (off_t)start) == 0 &&
-			    lseek(s->fd, (off_t)start, SEEK_SET) >= 0) {
-				s->active_bytes = start;
-			} else {
-				log_warn("spool: cutting %s/spool.active back", s->dir);
-				rotate(s);
-				*kept = off;
-			}
-			errno = e;
-			return -1;
-		}
-		off += (size_t)n;
-		s->active_bytes += (uint64_t)n;
+	if (write_all(s->fd, b->p, b->len, &off) == 0) {
+		s->active_bytes += off;
+		return 0;
 	}
-	return 0;
+	e = errno;
+	if (ftruncate(s->fd, (off_t)start) == 0 && lseek(s->fd, (off_t)start, SEEK_SET) >= 0) {
+		s->active_bytes = start;
+	} else {
+		s->active_bytes += off;
+		log_warn("spool: cutting %s/spool.active back", s->dir);
+		rotate(s);
+		*kept = off;
+	}
+	errno = e;
+	return -1;
 }
 
 /* After a failed fdatasync of b's write. Linux marks the pages clean after
@@ -860,36 +871,15 @@ int
 spool_refuse(struct spool *s, const void *key, size_t klen, const void *val, size_t vlen)
 {
 	uint32_t hdr[3] = { SPOOL_MAGIC, (uint32_t)klen, (uint32_t)vlen };
-	struct iovec iov[3] = { { hdr, HDR }, { (void *)(uintptr_t)key, klen },
-	    { (void *)(uintptr_t)val, vlen } };
-	size_t need = HDR + klen + vlen, off = 0;
+	size_t done;
 	int rc = -1;
 
 	pthread_mutex_lock(&s->refused_mtx);
 	if (s->refused_fd < 0)
 		goto out;
-	while (off < need) { /* one writev; a short one goes on from where it stopped */
-		struct iovec rest[3];
-		int n = 0;
-		size_t skip = off;
-		ssize_t w;
-
-		for (int i = 0; i < 3; i++) {
-			if (skip >= iov[i].iov_len) {
-				skip -= iov[i].iov_len;
-				continue;
-			}
-			rest[n].iov_base = (char *)iov[i].iov_base + skip;
-			rest[n++].iov_len = iov[i].iov_len - skip;
-			skip = 0;
-		}
-		if ((w = writev(s->refused_fd, rest, n)) < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			break;
-		off += (size_t)w;
-	}
-	if (off < need) {
+	if (write_all(s->refused_fd, hdr, HDR, &done) < 0 ||
+	    write_all(s->refused_fd, key, klen, &done) < 0 ||
+	    write_all(s->refused_fd, val, vlen, &done) < 0) {
 		/* the file ends torn (spool_read ignores that end) and fails
 		 * its close: the replay file stays, to be replayed again */
 		log_warn("spool: write to %s", s->refused_path);
@@ -911,7 +901,8 @@ spool_refuse_close(struct spool *s, int keep, uint64_t *n)
 
 	pthread_mutex_lock(&s->refused_mtx);
 	fd = s->refused_fd;
-	*n = s->refused_n;
+	if (n != NULL)
+		*n = s->refused_n;
 	if (fd == -2) { /* a write failed */
 		rc = -1;
 		keep = 0;

@@ -60,7 +60,7 @@ int spool_done(struct spool *s, const char *path);
  * retry of the same replay file writes it again); spool_refuse appends one
  * record (any thread; no sync), 0 or -1 (logged: the replay must keep its
  * file); spool_refuse_close ends it: keep 1 (the replay file is done) syncs
- * it and its directory (its *n records are counted in refused when
+ * it and its directory (its *n records, n may be NULL, are counted in refused when
  * spool_done then removes the replay file), 0 (the replay file stays) or
  * none written removes it. 0, or -1 when it could not be kept (then keep
  * the replay file too). */
